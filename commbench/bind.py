@@ -1,0 +1,247 @@
+"""Bind a Step to buffers on one group: the op closure, its check inputs and expected outputs.
+
+Backend-agnostic: it computes counts, displacements and the exact expected values
+(commbench.data) and asks the Communicator for a bound op. Each rank's input is the pattern
+seeded by its group position, so a misplaced chunk is caught as well as a wrong sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from commbench.data import count_wrong, pattern, pattern_sum
+from commbench.program import Step, dtype_size
+from commbench.transport.base import Communicator, Fn
+
+POISON = 1000  # seed of the junk written into receive buffers before a check
+
+
+class BufferPool:
+    """One send and one receive buffer per run, sized for the largest step and reused as views."""
+
+    def __init__(self, comm: Communicator) -> None:
+        self.comm = comm
+        self.send: Any = comm.alloc(0)
+        self.recv: Any = comm.alloc(0)
+        self.capacity = (0, 0)
+
+    def reserve(self, send_bytes: int, recv_bytes: int) -> None:
+        """Grow (never shrink) so both buffers hold at least these many bytes."""
+        s, r = self.capacity
+        if send_bytes > s:
+            self.send = self.comm.alloc(send_bytes)
+        if recv_bytes > r:
+            self.recv = self.comm.alloc(recv_bytes)
+        self.capacity = (max(s, send_bytes), max(r, recv_bytes))
+
+
+def step_buffer_bytes(step: Step, p: int) -> tuple[int, int]:
+    """(send, receive) bytes a rank needs for `step` in a group of p."""
+    if step.op == "alltoallv":
+        rows = [sum(r) for r in step.split]
+        cols = [sum(c) for c in zip(*step.split)]
+        return max(rows), max(cols)
+    if step.op == "p2p_schedule":
+        most = max((a.nbytes for acts in step.schedule for a in acts), default=0)
+        return most, most
+    if step.op == "allgather":
+        return step.nbytes // p, step.nbytes
+    if step.op == "reduce_scatter":
+        return step.nbytes, step.nbytes // p
+    return step.nbytes, step.nbytes
+
+
+@dataclass
+class Bound:
+    """A step ready to run: `fn` is timed; prepare/verify/reset bracket one checked call."""
+
+    fn: Fn
+    comm: Communicator
+    inputs: list[tuple[Any, np.ndarray]] = field(default_factory=list)
+    expected: list[tuple[Any, np.ndarray]] = field(default_factory=list)
+    zero_after: list[tuple[Any, np.ndarray]] = field(default_factory=list)
+    time_scale: float = 1.0  # pingpong reports half the round trip
+    schedule_state: dict | None = None
+
+    def prepare(self) -> None:
+        """Write inputs (and poison receive buffers) before the checked call."""
+        for view, values in self.inputs:
+            self.comm.write(view, values)
+        if self.schedule_state is not None:
+            self.schedule_state.update(checking=True, wrong=0)
+        self.comm.sync()
+
+    def verify(self) -> int:
+        """Elements that differ from the exact expected result on this rank."""
+        wrong = sum(count_wrong(self.comm.read(v), e) for v, e in self.expected)
+        if self.schedule_state is not None:
+            wrong += self.schedule_state["wrong"]
+            self.schedule_state["checking"] = False
+        return wrong
+
+    def reset(self) -> None:
+        """Zero buffers that in-place reductions keep growing, so timed values stay finite."""
+        for view, zeros in self.zero_after:
+            self.comm.write(view, zeros)
+        self.comm.sync()
+
+
+def bind(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
+    """Bind `step` on group `comm` (this rank's group) using the pool's buffers."""
+    p, r, dt, el = comm.size, comm.rank, step.dtype, dtype_size(step.dtype)
+    S, n = step.nbytes, step.nbytes // el
+
+    def sview(nbytes: int) -> Any:
+        return comm.view(pool.send, nbytes, dt)
+
+    def rview(nbytes: int) -> Any:
+        return comm.view(pool.recv, nbytes, dt)
+
+    op = step.op
+    if op == "allreduce":
+        s, rv = sview(S), rview(S)
+        mine = pattern(r, n, dt)
+        return Bound(
+            comm.allreduce(s, rv),
+            comm,
+            [(s, mine), (rv, mine)],
+            [(rv, pattern_sum(range(p), n, dt))],
+            [(rv, np.zeros_like(mine))],
+        )
+    if op == "reduce":
+        s, rv = sview(S), rview(S)
+        mine = pattern(r, n, dt)
+        exp = [(rv, pattern_sum(range(p), n, dt))] if r == 0 else []
+        return Bound(
+            comm.reduce(s, rv, 0), comm, [(s, mine), (rv, mine)], exp, [(rv, np.zeros_like(mine))]
+        )
+    if op == "allgather":
+        c = n // p
+        s, rv = sview(c * el), rview(S)
+        exp = np.concatenate([pattern(q, c, dt) for q in range(p)])
+        return Bound(
+            comm.allgather(s, rv),
+            comm,
+            [(s, pattern(r, c, dt)), (rv, pattern(POISON, n, dt))],
+            [(rv, exp)],
+        )
+    if op == "reduce_scatter":
+        c = n // p
+        s, rv = sview(S), rview(c * el)
+        return Bound(
+            comm.reduce_scatter(s, rv),
+            comm,
+            [(s, pattern(r, n, dt)), (rv, pattern(POISON, c, dt))],
+            [(rv, pattern_sum(range(p), c, dt, start=r * c))],
+        )
+    if op == "alltoall":
+        c = n // p
+        s, rv = sview(S), rview(S)
+        exp = np.concatenate([pattern(q, c, dt, start=r * c) for q in range(p)])
+        return Bound(
+            comm.alltoall(s, rv),
+            comm,
+            [(s, pattern(r, n, dt)), (rv, pattern(POISON, n, dt))],
+            [(rv, exp)],
+        )
+    if op == "alltoallv":
+        counts = [[b // el for b in row] for row in step.split]
+        assert len(counts) == p, (len(counts), p)
+        scounts = counts[r]
+        rcounts = [counts[q][r] for q in range(p)]
+        sdispls = list(np.cumsum([0] + scounts[:-1]))
+        rdispls = list(np.cumsum([0] + rcounts[:-1]))
+        ns, nr = sum(scounts), sum(rcounts)
+        s, rv = sview(max(ns, 1) * el), rview(max(nr, 1) * el)
+        exp = [pattern(q, rcounts[q], dt, start=int(np.sum(counts[q][:r]))) for q in range(p)]
+        fn = comm.alltoallv(
+            s, scounts, [int(x) for x in sdispls], rv, rcounts, [int(x) for x in rdispls]
+        )
+        return Bound(
+            fn,
+            comm,
+            [(s, pattern(r, max(ns, 1), dt)), (rv, pattern(POISON, max(nr, 1), dt))],
+            [(rview(nr * el), np.concatenate(exp))] if nr else [],
+        )
+    if op == "broadcast":
+        buf = rview(S)
+        first = pattern(0, n, dt) if r == 0 else pattern(POISON + r, n, dt)
+        return Bound(comm.broadcast(buf, 0), comm, [(buf, first)], [(buf, pattern(0, n, dt))])
+    if op == "sendrecv":
+        k = step.peer
+        if step.ring:
+            dest, source = (r + k) % p, (r - k) % p
+        else:
+            dest = r + k if 0 <= r + k < p else None
+            source = r - k if 0 <= r - k < p else None
+        s, rv = sview(S), rview(S)
+        exp = [(rv, pattern(source, n, dt))] if source is not None else []
+        return Bound(
+            comm.sendrecv(s, dest, rv, source),
+            comm,
+            [(s, pattern(r, n, dt)), (rv, pattern(POISON, n, dt))],
+            exp,
+        )
+    if op == "pingpong":
+        assert p == 2, p
+        buf = rview(S)
+        first = pattern(0, n, dt) if r == 0 else pattern(POISON, n, dt)
+        return Bound(
+            comm.pingpong(buf, 1 - r, r == 0),
+            comm,
+            [(buf, first)],
+            [(buf, pattern(0, n, dt))],
+            time_scale=0.5,
+        )
+    if op == "p2p_schedule":
+        return _bind_schedule(comm, step, pool)
+    raise AssertionError(op)
+
+
+def _bind_schedule(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
+    """Run this position's action list: sends are non-blocking (waited at the end), receives
+    block, compute sleeps. Non-blocking sends make any 1F1B-style order deadlock-free."""
+    r, dt, el = comm.rank, step.dtype, dtype_size(step.dtype)
+    actions = step.schedule[r] if r < len(step.schedule) else ()
+    most = max((a.nbytes for a in actions), default=0)
+    send_all = comm.view(pool.send, max(most, el), dt)
+    state = {"checking": False, "wrong": 0}
+    plan = []
+    for a in actions:
+        if a.kind == "compute":
+            plan.append((0, a.seconds, None, 0, None))
+            continue
+        peer = r + a.peer
+        assert 0 <= peer < comm.size, (r, a)
+        n = a.nbytes // el
+        if a.kind == "send":
+            plan.append((1, peer, comm.view(pool.send, a.nbytes, dt), a.tag, None))
+        else:
+            plan.append((2, peer, comm.view(pool.recv, a.nbytes, dt), a.tag, pattern(peer, n, dt)))
+    isend, recv, waitall, compute, read = (
+        comm.isend,
+        comm.recv,
+        comm.waitall,
+        comm.compute,
+        comm.read,
+    )
+
+    def fn() -> None:
+        pending = []
+        for kind, peer, view, tag, expected in plan:
+            if kind == 1:
+                pending.append(isend(view, peer, tag))
+            elif kind == 2:
+                recv(view, peer, tag)
+                if state["checking"]:
+                    state["wrong"] += count_wrong(read(view), expected)
+            else:
+                compute(peer)
+        waitall(pending)
+
+    return Bound(
+        fn, comm, [(send_all, pattern(r, max(most, el) // el, dt))], [], schedule_state=state
+    )

@@ -1,0 +1,108 @@
+"""The front door: `commbench COMMAND ...`, a registry of subcommand modules (mpi4py-bench style).
+
+Each module in commbench.commands defines HELP, add_arguments(parser) and main(args) and keeps
+heavy imports inside main, so start-up stays fast on every rank. A UsageError anywhere before
+communication starts becomes one line from rank 0 and exit status 2 on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+
+from commbench import __version__
+from commbench.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
+from commbench.launch import detect
+
+COMMANDS = {
+    "run": "commbench.commands.run",
+    "suite": "commbench.commands.suite",
+    "list": "commbench.commands.listing",
+    "fit": "commbench.commands.fit",
+    "plan": "commbench.commands.plan",
+    "validate": "commbench.commands.validate",
+    "report": "commbench.commands.report",
+    "import": "commbench.commands.importer",
+    "export": "commbench.commands.export",
+}
+
+
+def _is_root() -> bool:
+    return detect().rank == 0
+
+
+def _usage_exit_delay() -> None:
+    """Non-root ranks linger a moment so rank 0's message is out before the launcher tears the
+    job down on the first non-zero exit (otherwise it can kill rank 0 mid-print)."""
+    if not _is_root():
+        time.sleep(0.5)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors from rank 0 only (every rank still exits 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if _is_root():
+            self.print_usage(sys.stderr)
+            sys.stderr.write(f"commbench: error: {message}\n")
+            sys.stderr.flush()
+        _usage_exit_delay()
+        sys.exit(EXIT_USAGE)
+
+
+def build_parser() -> tuple[Parser, dict]:
+    parser = Parser(prog="commbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"commbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    modules = {}
+    for name, path in COMMANDS.items():
+        try:
+            mod = importlib.import_module(path)
+        except ModuleNotFoundError as e:
+            if e.name == path:
+                continue  # command not built yet
+            raise
+        p = sub.add_parser(
+            name,
+            help=mod.HELP,
+            description=mod.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        modules[name] = mod
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, modules = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        if _is_root():
+            parser.print_help()
+        return EXIT_USAGE
+    try:
+        return modules[args.command].main(args) or 0
+    except UsageError as e:
+        if _is_root():
+            print(f"commbench: error: {e}", file=sys.stderr, flush=True)
+        _usage_exit_delay()
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # an unexpected failure outside a session: one line, no wall
+        if os.environ.get("COMMBENCH_DEBUG"):
+            raise
+        print(
+            f"commbench: rank {detect().rank}: internal error: {type(e).__name__}: {e} "
+            "(COMMBENCH_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

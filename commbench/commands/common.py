@@ -1,0 +1,158 @@
+"""Flags shared by the measuring commands (run, suite) and their validation."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from commbench.errors import UsageError
+from commbench.launch import LaunchInfo, detect
+from commbench.runner import TimingConfig
+from commbench.session import SessionOptions
+from commbench.transport import BACKENDS, resolve_backend
+from commbench.transport.base import TIMING_MODES
+
+DEFAULT_RESULTS = Path("results")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def add_session_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("transport and output")
+    g.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKENDS,
+        help="mpi (mpi4py), gloo (torch, CPU), nccl (torch, GPU); auto: nccl with a "
+        "GPU, gloo under torchrun, else mpi (default: %(default)s)",
+    )
+    g.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="directory that receives <run-id>/records.jsonl (default: %(default)s)",
+    )
+    g.add_argument(
+        "--run-id",
+        default=None,
+        help="name the run directory (default: <timestamp>-<command>-<random>)",
+    )
+    g.add_argument(
+        "--ranks-per-node",
+        type=positive_int,
+        default=None,
+        help="pretend each N consecutive ranks share a node (link classes)",
+    )
+    g.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=300.0,
+        help="seconds a point may run before the job is aborted (default: %(default)s)",
+    )
+    g.add_argument("--verbose", action="store_true", help="let every rank print warnings")
+
+
+def add_timing_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("timing")
+    g.add_argument(
+        "-n",
+        "--iters",
+        type=positive_int,
+        default=None,
+        help="timed iterations per point (default: adapt to --budget)",
+    )
+    g.add_argument(
+        "-w",
+        "--warmup",
+        type=non_negative_int,
+        default=None,
+        help="warmup iterations per point (default: adapt)",
+    )
+    g.add_argument(
+        "--budget",
+        type=positive_float,
+        default=0.2,
+        help="target timed seconds per point when iterations adapt (default: %(default)s)",
+    )
+    g.add_argument(
+        "--timing",
+        choices=TIMING_MODES,
+        default=TIMING_MODES[0],
+        help="per-iteration: barrier+op+sync each iteration; pipelined: n ops "
+        "back to back, divided (default: %(default)s)",
+    )
+    g.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip the exact correctness check of each point's first call",
+    )
+    g.add_argument(
+        "--isolated",
+        action="store_true",
+        help="run one group at a time instead of all groups of an axis at once",
+    )
+
+
+def timing_config(args: argparse.Namespace) -> TimingConfig:
+    return TimingConfig(
+        iters=args.iters,
+        warmup=args.warmup,
+        budget_s=args.budget,
+        timing=args.timing,
+        check=args.check,
+        isolated=args.isolated,
+    )
+
+
+def session_options(args: argparse.Namespace, command: str, launch: LaunchInfo) -> SessionOptions:
+    """Resolve the backend (raises UsageError identically on every rank) and bundle options."""
+    backend = resolve_backend(args.backend, launch)
+    if args.ranks_per_node and launch.size % args.ranks_per_node:
+        raise UsageError(
+            f"--ranks-per-node {args.ranks_per_node} does not divide the world size {launch.size}"
+        )
+    if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
+        raise UsageError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' and '-'")
+    return SessionOptions(
+        command=command,
+        backend=backend,
+        results=args.results,
+        timeout_s=args.timeout,
+        ranks_per_node=args.ranks_per_node,
+        verbose=args.verbose,
+        run_id=args.run_id,
+    )
+
+
+def launch_info() -> LaunchInfo:
+    return detect()

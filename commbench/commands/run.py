@@ -1,0 +1,185 @@
+"""Sweep one op over message sizes, nccl-tests style.
+
+    mpirun -n 4 commbench run allreduce -b 8 -e 16M -f 2
+    mpirun -n 8 commbench run alltoall --backend gloo --group-size 4 --placement strided
+
+Sizes are S in the nccl-tests convention (allgather: the gathered output; reduce_scatter:
+the input). Each point is checked exactly once, warmed up, timed per iteration (max over
+the group's ranks) and written to results/<run-id>/records.jsonl by rank 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from commbench.commands import common
+from commbench.errors import UsageError
+from commbench.program import OPS, Step, canonical_dtype, op_spec, round_bytes
+from commbench.sizes import parse_size, parse_sizes, sweep
+
+HELP = "sweep one collective over message sizes (nccl-tests / OSU style)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("op", help=f"one of: {', '.join(o for o in OPS if o != 'p2p_schedule')}")
+    g = p.add_argument_group("sizes (K/M/G are powers of 1024)")
+    g.add_argument("-b", "--minbytes", default="8", help="smallest S (default: %(default)s)")
+    g.add_argument("-e", "--maxbytes", default="16M", help="largest S (default: %(default)s)")
+    g.add_argument(
+        "-f",
+        "--stepfactor",
+        type=float,
+        default=2.0,
+        help="multiply the size by this each step (default: %(default)s)",
+    )
+    g.add_argument("-i", "--stepbytes", default=None, help="add this many bytes each step instead")
+    g.add_argument("--sizes", default=None, help="explicit comma-separated sizes (overrides -b/-e)")
+    p.add_argument(
+        "-d",
+        "--dtype",
+        default="float32",
+        help="float32, float16, bfloat16, int32, float64 (default: %(default)s)",
+    )
+    p.add_argument(
+        "-g",
+        "--group-size",
+        type=common.positive_int,
+        default=None,
+        help="run on groups of N ranks, all groups at once (default: the world; pingpong: 2)",
+    )
+    p.add_argument(
+        "--placement",
+        choices=("contiguous", "strided"),
+        default="contiguous",
+        help="groups of consecutive ranks, or ranks world/N apart (default: %(default)s)",
+    )
+    p.add_argument(
+        "--peer",
+        type=int,
+        default=1,
+        help="sendrecv: send to position+peer, receive from position-peer",
+    )
+    common.add_timing_args(p)
+    common.add_session_args(p)
+
+
+def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
+    """Validate the sweep against the world size; the Steps to run and the group size."""
+    spec = op_spec(args.op)
+    if spec.name == "p2p_schedule":
+        raise UsageError("p2p_schedule is built by the pp pattern: use `commbench suite pp`")
+    dtype = canonical_dtype(args.dtype)
+    if args.sizes:
+        sizes = parse_sizes(args.sizes)
+    else:
+        step = parse_size(args.stepbytes, "-i/--stepbytes") if args.stepbytes else 0
+        sizes = sweep(
+            parse_size(args.minbytes, "-b/--minbytes"),
+            parse_size(args.maxbytes, "-e/--maxbytes"),
+            args.stepfactor,
+            step,
+        )
+    p = args.group_size or (spec.max_group or world)
+    if world % p:
+        raise UsageError(f"group size {p} does not divide the world size {world}")
+    if p < spec.min_group or (spec.max_group and p > spec.max_group):
+        need = spec.min_group if spec.min_group == spec.max_group else f">= {spec.min_group}"
+        raise UsageError(
+            f"{spec.name} needs a group of {need} ranks; this one has {p} "
+            f"(world {world}, --group-size {args.group_size})"
+        )
+    steps: dict[int, Step] = {}
+    for s in sizes:
+        nbytes = round_bytes(spec.name, s, p, dtype)
+        split = None
+        if spec.name == "alltoallv":  # run sweeps the even split; EP suites bring the skew
+            split = tuple(tuple([nbytes // p] * p) for _ in range(p))
+            nbytes = nbytes // p * p
+        steps.setdefault(
+            nbytes,
+            Step(
+                spec.name,
+                nbytes,
+                axis="group",
+                dtype=dtype,
+                label=spec.name,
+                split=split,
+                peer=args.peer,
+            ),
+        )
+    return list(steps.values()), p
+
+
+def columns():
+    from commbench.console import Column
+
+    return [
+        Column("size", "(B)", 12),
+        Column("count", "(elements)", 12),
+        Column("type", "", 8),
+        Column("redop", "", 5),
+        Column("group", "", 5),
+        Column("link", "", 5),
+        Column("time", "med(us)", 10, ".2f"),
+        Column("p95", "(us)", 10, ".2f"),
+        Column("algbw", "(GB/s)", 8, ".3f"),
+        Column("busbw", "(GB/s)", 8, ".3f"),
+        Column("#wrong", "", 6),
+        Column("iters", "", 6),
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    from commbench.console import Table
+    from commbench.session import Session
+    from commbench.transport import supports
+
+    launch = common.launch_info()
+    steps, p = build_steps(args, launch.size)
+    opts = common.session_options(args, "run", launch)
+    why = supports(opts.backend, steps[0].op, steps[0].dtype)
+    if why:
+        raise UsageError(why)
+    timing = common.timing_config(args)
+    from commbench.layout import sweep_mesh
+
+    with Session(launch, opts, timing) as s:
+        info = sweep_mesh(s.world.size, p, args.placement, s.nodes).info("group")
+        s.runner.reserve([(st, info) for st in steps])
+        s.say(
+            f"# commbench {steps[0].op}: backend {opts.backend}, world {s.world.size}, "
+            f"{len(info.groups)} group(s) of {p} ({args.placement}, {info.link_class}, "
+            f"{'isolated' if timing.isolated else 'concurrent'}), timing {timing.timing}, "
+            "time = median over iterations of the max over ranks"
+        )
+        table = Table(columns())
+        busbw, bad = [], 0
+        redop = "sum" if OPS[steps[0].op].reduces else "-"
+        for st in steps:
+            rec = s.runner.measure(st, info)
+            if rec is None:
+                continue
+            rec.update(kind="collective", backend=opts.backend, label=st.label)
+            s.writer.write(rec)
+            busbw.append(rec["busbw_GBps"])
+            bad += rec["wrong"] > 0
+            table.row(
+                rec["bytes"],
+                rec["count"],
+                st.dtype,
+                redop,
+                p,
+                info.link_class,
+                rec["time_us"],
+                rec["time_p95_us"],
+                rec["algbw_GBps"],
+                rec["busbw_GBps"],
+                rec["wrong"] if timing.check else "N/A",
+                rec["iters"],
+            )
+        if s.is_root:
+            checked = "checked" if timing.check else "not checked (--no-check)"
+            table.note(f"Points with wrong data : {bad} of {len(busbw)} ({checked})")
+            table.note(f"Avg bus bandwidth      : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")
+            s.say(f"results: {s.writer.path}")
+    return 0

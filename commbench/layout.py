@@ -1,0 +1,206 @@
+"""Parallel layout: the rank grid, the groups of each axis, and where each group sits.
+
+Rank order follows Megatron-LM's RankGenerator: global_rank = tp + t*(cp + c*(dp + d*pp)),
+so TP is contiguous (inside a node) and DP/PP are strided. Experts reuse the dp x cp ranks
+as tp-ep-edp-pp (Megatron's expert rank generator, edp = cp*dp/ep). A group is labelled
+with its size, stride, the hosts it spans and its link class (`intra` one host, else `inter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from math import prod
+
+import numpy as np
+
+from commbench.errors import UsageError
+
+DENSE_AXES = ("tp", "cp", "dp", "pp")
+DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
+EXPERT_AXES = ("tp", "ep", "edp", "pp")
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """Placement of the groups of one axis: they all share size, stride and span in a regular grid."""
+
+    axis: str
+    groups: tuple[tuple[int, ...], ...]
+    size: int
+    stride: int  # rank distance between neighbours, -1 when not uniform
+    hosts_spanned: int  # the most hosts any one group touches
+    link_class: str  # "intra" | "inter"
+
+    def as_record(self) -> dict:
+        """The placement fields every record carries."""
+        return {
+            "axis": self.axis,
+            "group_size": self.size,
+            "groups": len(self.groups),
+            "stride": self.stride,
+            "hosts_spanned": self.hosts_spanned,
+            "link_class": self.link_class,
+        }
+
+
+def host_map(
+    world: int, hosts: Sequence[str] | None = None, ranks_per_node: int | None = None
+) -> tuple[int, ...]:
+    """Node index of every rank: from `--ranks-per-node`, else from the gathered host names."""
+    if ranks_per_node:
+        return tuple(r // ranks_per_node for r in range(world))
+    if hosts is None:
+        return (0,) * world
+    assert len(hosts) == world, (len(hosts), world)
+    index: dict[str, int] = {}
+    return tuple(index.setdefault(h, len(index)) for h in hosts)
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A rank grid: named axes, fastest-varying first (`("tp", "cp", "dp", "pp")`)."""
+
+    axes: tuple[str, ...]
+    dims: tuple[int, ...]
+    nodes: tuple[int, ...] = ()  # node index per rank, empty = one node
+
+    def __post_init__(self) -> None:
+        assert len(self.axes) == len(self.dims) and all(d >= 1 for d in self.dims)
+        assert not self.nodes or len(self.nodes) == self.world
+
+    @property
+    def world(self) -> int:
+        return prod(self.dims)
+
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """grid[a_last, ..., a_first] = rank (C order, so the first axis varies fastest)."""
+        return np.arange(self.world).reshape(tuple(reversed(self.dims)))
+
+    def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
+        """Rank lists of the groups along `axis`; `"dp-cp"` joins axes (first = fastest)."""
+        names = axis.split("-")
+        for n in names:
+            if n not in self.axes:
+                raise UsageError(f"unknown axis {n!r}: this layout has {', '.join(self.axes)}")
+        # numpy axis index of mesh axis i is (n_axes - 1 - i)
+        np_axes = [len(self.axes) - 1 - self.axes.index(n) for n in names]
+        rest = [i for i in range(len(self.axes)) if i not in np_axes]
+        # the selected axes go last, the first-named (fastest) at the very end
+        moved = np.transpose(self.grid, rest + list(reversed(np_axes)))
+        size = prod(self.dims[self.axes.index(n)] for n in names)
+        return tuple(tuple(int(r) for r in row) for row in moved.reshape(-1, size))
+
+    def info(self, axis: str) -> GroupInfo:
+        """Groups of `axis` with size, stride, hosts spanned and link class."""
+        groups = self.groups(axis)
+        first = groups[0]
+        steps = {b - a for a, b in zip(first, first[1:])}
+        stride = steps.pop() if len(steps) == 1 else (0 if len(first) == 1 else -1)
+        nodes = self.nodes or (0,) * self.world
+        spanned = max(len({nodes[r] for r in g}) for g in groups)
+        return GroupInfo(
+            axis, groups, len(first), stride, spanned, "intra" if spanned == 1 else "inter"
+        )
+
+    def coord(self, rank: int, axis: str) -> int:
+        """Position of `rank` along `axis`."""
+        i = self.axes.index(axis)
+        return rank // prod(self.dims[:i]) % self.dims[i]
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Validated (tp, cp, ep, dp, pp) degrees over a world of ranks, Megatron order by default.
+
+    tp*cp*dp*pp must equal the world; ep divides cp*dp (experts are sharded over the ranks
+    that hold data-parallel replicas, as Megatron-Core does with expert_tensor_parallel = tp).
+    """
+
+    world: int
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    dp: int | None = None  # derived from the world when None
+    pp: int = 1
+    order: tuple[str, ...] = DEFAULT_ORDER
+    nodes: tuple[int, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("world", "tp", "cp", "ep", "pp"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise UsageError(f"{name} must be a positive integer, got {value!r}")
+        if sorted(self.order) != sorted(DEFAULT_ORDER):
+            raise UsageError(
+                f"order {'-'.join(self.order)!r} must be a permutation of {'-'.join(DEFAULT_ORDER)}"
+            )
+        model = self.tp * self.cp * self.pp
+        if self.dp is None:
+            if self.world % model:
+                raise UsageError(
+                    f"tp*cp*pp = {self.tp}*{self.cp}*{self.pp} = {model} does not divide "
+                    f"the world size {self.world}"
+                )
+            object.__setattr__(self, "dp", self.world // model)
+        if self.dp < 1 or model * self.dp != self.world:
+            raise UsageError(
+                f"tp*cp*dp*pp = {self.tp}*{self.cp}*{self.dp}*{self.pp} = {model * self.dp} "
+                f"does not equal the world size {self.world}"
+            )
+        if (self.cp * self.dp) % self.ep:
+            raise UsageError(f"ep={self.ep} must divide cp*dp = {self.cp * self.dp}")
+
+    @property
+    def degrees(self) -> dict[str, int]:
+        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "dp": self.dp, "pp": self.pp}
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: replicas of each expert shard."""
+        return self.cp * self.dp // self.ep
+
+    def label(self) -> str:
+        """Compact config name, `tp4-cp2-dp2-pp1` (ep only when > 1)."""
+        parts = [f"tp{self.tp}", f"cp{self.cp}"]
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        parts += [f"dp{self.dp}", f"pp{self.pp}"]
+        return "-".join(parts)
+
+    @cached_property
+    def dense(self) -> Mesh:
+        """The tp/cp/dp/pp mesh in the configured order (ep dropped: it is not a dense axis)."""
+        axes = tuple(a for a in self.order if a != "ep")
+        return Mesh(axes, tuple(self.degrees[a] for a in axes), self.nodes)
+
+    @cached_property
+    def expert(self) -> Mesh:
+        """The tp/ep/edp/pp mesh that expert (MoE) traffic runs on."""
+        dims = {"tp": self.tp, "ep": self.ep, "edp": self.edp, "pp": self.pp}
+        return Mesh(EXPERT_AXES, tuple(dims[a] for a in EXPERT_AXES), self.nodes)
+
+    def info(self, axis: str) -> GroupInfo:
+        """Groups of `axis`; `ep` and `edp` come from the expert mesh, the rest from the dense one."""
+        if any(a in ("ep", "edp") for a in axis.split("-")):
+            return self.expert.info(axis)
+        return self.dense.info(axis)
+
+    def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
+        return self.info(axis).groups
+
+
+def sweep_mesh(
+    world: int, group_size: int, placement: str = "contiguous", nodes: tuple[int, ...] = ()
+) -> Mesh:
+    """Groups of `group_size` for `commbench run`: contiguous ranks (axis "group") or strided."""
+    if group_size < 1 or world % group_size:
+        raise UsageError(f"group size {group_size} does not divide the world size {world}")
+    rest = world // group_size
+    if placement == "contiguous":
+        return Mesh(("group", "rest"), (group_size, rest), nodes)
+    if placement == "strided":
+        return Mesh(("rest", "group"), (rest, group_size), nodes)
+    raise UsageError(f"unknown placement {placement!r}: choose contiguous or strided")

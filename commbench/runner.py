@@ -1,0 +1,212 @@
+"""Execute Steps on their groups: check, warm up, time, and reduce samples to statistics.
+
+Timing follows DESIGN.md section 4: per iteration, barrier on the group, clock, op, device
+sync, clock; an iteration's time is the max over the group's ranks (and over all groups
+of the axis, which run at the same time as in training). Iteration counts adapt to the
+size within a time budget per point. The runner never names a pattern.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from commbench.bind import BufferPool, bind, step_buffer_bytes
+from commbench.layout import GroupInfo
+from commbench.program import Step, bus_factor, dtype_size
+from commbench.transport.base import PER_ITERATION, TIMING_MODES, Communicator
+
+
+class Interrupted(Exception):
+    """All ranks agreed to stop (SIGINT/SIGTERM seen by at least one of them)."""
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How each point is timed; None means adapt to the message size."""
+
+    iters: int | None = None
+    warmup: int | None = None
+    budget_s: float = 0.2  # target timed seconds per point when iters adapt
+    min_iters: int = 5
+    max_iters: int = 2000
+    timing: str = PER_ITERATION
+    check: bool = True
+    isolated: bool = False
+
+    def __post_init__(self) -> None:
+        assert self.timing in TIMING_MODES, self.timing
+        assert self.iters is None or self.iters >= 1
+        assert self.warmup is None or self.warmup >= 0
+
+
+def summarize(times_s: np.ndarray) -> dict[str, float]:
+    """Median, mean, min and p95 over iterations, in microseconds."""
+    us = np.asarray(times_s) * 1e6
+    return {
+        "time_us": float(np.median(us)),
+        "time_mean_us": float(np.mean(us)),
+        "time_min_us": float(np.min(us)),
+        "time_p95_us": float(np.percentile(us, 95)),
+    }
+
+
+def schedule_bytes(step: Step) -> int:
+    """Bytes the busiest position of a p2p schedule sends."""
+    return max(sum(a.nbytes for a in acts if a.kind == "send") for acts in step.schedule)
+
+
+def record_bytes(step: Step) -> int:
+    """S of a step as records report it (alltoallv: the largest send buffer)."""
+    if step.op == "alltoallv":
+        return max(sum(row) for row in step.split)
+    if step.op == "p2p_schedule":
+        return max(schedule_bytes(step), 1)
+    return step.nbytes
+
+
+class Runner:
+    """Measures Steps on the world's sub-groups, reusing one buffer pool and cached splits."""
+
+    def __init__(
+        self,
+        world: Communicator,
+        cfg: TimingConfig,
+        guard: Callable[[str], contextlib.AbstractContextManager] | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        self.world = world
+        self.cfg = cfg
+        self.pool = BufferPool(world)
+        self._subs: dict[tuple, Communicator | None] = {}
+        self._guard = guard or (lambda label: contextlib.nullcontext())
+        self._stop_requested = stop_requested or (lambda: False)
+
+    def reserve(self, steps: list[tuple[Step, GroupInfo]]) -> None:
+        """Allocate buffers once for the largest of these steps."""
+        need = [step_buffer_bytes(s, g.size) for s, g in steps]
+        if need:
+            self.pool.reserve(max(n[0] for n in need), max(n[1] for n in need))
+
+    def group(self, info: GroupInfo) -> Communicator | None:
+        """This rank's communicator for the groups of `info` (split once, collective)."""
+        key = info.groups
+        if key not in self._subs:
+            self._subs[key] = self.world.split(info.groups)
+        return self._subs[key]
+
+    def close(self) -> None:
+        for sub in self._subs.values():
+            if sub is not None:
+                sub.close()
+        self._subs.clear()
+
+    def check_stop(self) -> None:
+        """Collective: raise Interrupted on every rank if any rank saw a stop signal."""
+        if self.world.max_int(int(self._stop_requested())):
+            raise Interrupted()
+
+    def _iterations(
+        self, comm: Communicator, bound, estimate_over: Communicator
+    ) -> tuple[int, int]:
+        """(warmup, iters): fixed if configured, else sized to the budget from a probe."""
+        cfg = self.cfg
+        probe = float(np.max(comm.time_loop(bound.fn, 2, PER_ITERATION)))
+        probe = estimate_over.max_float(probe)
+        warmup = (
+            cfg.warmup
+            if cfg.warmup is not None
+            else int(np.clip(0.1 * cfg.budget_s / max(probe, 1e-9), 1, 20))
+        )
+        iters = (
+            cfg.iters
+            if cfg.iters is not None
+            else int(np.clip(cfg.budget_s / max(probe, 1e-9), cfg.min_iters, cfg.max_iters))
+        )
+        return warmup, iters
+
+    def _run_group(self, comm: Communicator, step: Step, agree: Communicator) -> tuple:
+        """Check, warm up and time `step` on this rank's group: (times_s, wrong, warmup, iters)."""
+        bound = bind(comm, step, self.pool)
+        wrong = 0
+        if self.cfg.check:
+            bound.prepare()
+            bound.fn()
+            comm.sync()
+            wrong = bound.verify()
+            bound.reset()
+        warmup, iters = self._iterations(comm, bound, agree)
+        if warmup:
+            comm.time_loop(bound.fn, warmup, PER_ITERATION)
+        times = comm.time_loop(bound.fn, iters, self.cfg.timing) * bound.time_scale
+        return times, wrong, warmup, iters
+
+    def measure(self, step: Step, info: GroupInfo) -> dict | None:
+        """Collective on the world: time `step` on every group of `info` (all at once, or one
+        group at a time with `isolated`). Returns the record fields on world rank 0, else None."""
+        self.check_stop()
+        sub = self.group(info)
+        gi = next((i for i, g in enumerate(info.groups) if self.world.rank in g), -1)
+        result = None
+        with self._guard(f"{step.op} {step.label or ''} on {info.axis}".strip()):
+            if self.cfg.isolated:
+                for turn in range(len(info.groups)):
+                    if turn == gi and sub is not None:
+                        result = self._run_group(sub, step, sub)
+                    self.world.barrier()
+            else:
+                # all groups agree on counts over the world so they stay in step (contention)
+                if sub is not None:
+                    result = self._run_group(sub, step, self.world)
+                else:
+                    self.world.max_float(0.0)  # match the members' agreement on counts
+            gathered = self.world.gather_obj((gi, result), root=0)
+        if gathered is None:
+            return None
+        return self._aggregate(step, info, gathered)
+
+    def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> dict:
+        """Max over each group's ranks per iteration, then over groups; stats and bandwidth."""
+        per_group: dict[int, list[np.ndarray]] = {}
+        wrong, warmup, iters = 0, 0, 0
+        for gi, res in gathered:
+            if res is None:
+                continue
+            times, w, warmup_r, iters_r = res
+            per_group.setdefault(gi, []).append(times)
+            wrong += w
+            warmup, iters = max(warmup, warmup_r), max(iters, iters_r)
+        group_series = {gi: np.max(np.vstack(ts), axis=0) for gi, ts in per_group.items()}
+        if self.cfg.isolated:
+            medians = {gi: float(np.median(s)) for gi, s in group_series.items()}
+            worst = max(medians, key=medians.get)
+            series = group_series[worst]
+        else:
+            series = np.max(np.vstack(list(group_series.values())), axis=0)
+        stats = summarize(series)
+        nbytes = record_bytes(step)
+        t = stats["time_us"] * 1e-6
+        algbw = nbytes / t / 1e9 if t > 0 else 0.0
+        return {
+            "op": step.op,
+            "dtype": step.dtype,
+            "bytes": nbytes,
+            "count": nbytes // dtype_size(step.dtype),
+            **info.as_record(),
+            "world_size": self.world.size,
+            "iters": iters,
+            "warmup": warmup,
+            **stats,
+            "algbw_GBps": algbw,
+            "busbw_GBps": algbw * bus_factor(step.op, info.size),
+            "wrong": wrong,
+            "checked": self.cfg.check,
+            "timing": self.cfg.timing,
+            "isolated": self.cfg.isolated,
+            "per_group_us": [
+                round(float(np.median(group_series[g])) * 1e6, 3) for g in sorted(group_series)
+            ],
+        }

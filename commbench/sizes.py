@@ -1,0 +1,64 @@
+"""Message sizes as nccl-tests and OSU take them: `8`, `64K`, `256M`, `1G` (powers of 1024)."""
+
+from __future__ import annotations
+
+import re
+
+from commbench.errors import UsageError
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Parse a positive byte count; K/M/G/T are powers of 1024 (`-e 256M`)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise UsageError(
+                f"{what} {text!r} does not parse: use a positive integer with an optional "
+                "K/M/G suffix (powers of 1024), e.g. 8, 64K, 256M"
+            )
+        value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+        if value != int(value):
+            raise UsageError(f"{what} {text!r} is not a whole number of bytes")
+        value = int(value)
+    if value <= 0:
+        raise UsageError(f"{what} {text!r} must be positive")
+    return value
+
+
+def sweep(begin: int, end: int, factor: float = 2.0, step: int = 0) -> list[int]:
+    """Sizes from begin to end inclusive, times `factor` each (or plus `step` when > 0)."""
+    if begin > end:
+        raise UsageError(
+            f"min size {format_size(begin)} is larger than max size {format_size(end)}"
+        )
+    if step < 0:
+        raise UsageError(f"size increment {step} must be positive")
+    if step == 0 and factor <= 1:
+        raise UsageError(f"size factor {factor} must be greater than 1")
+    sizes, size = [], begin
+    while size <= end:
+        sizes.append(size)
+        size = size + step if step else max(int(size * factor), size + 1)
+    return sizes
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma-separated list of sizes (`--sizes 8,1K,1M`)."""
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise UsageError("--sizes is empty: give a comma-separated list such as 8,1K,1M")
+    return sorted({parse_size(p, "size") for p in parts})
+
+
+def format_size(nbytes: float) -> str:
+    """Binary units, as the tables and plots label them: 8 B, 64 KiB, 256 MiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            v = nbytes / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{int(nbytes)} B"

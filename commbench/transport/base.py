@@ -1,0 +1,162 @@
+"""The Communicator protocol every backend implements, and the shared timing loop.
+
+A Communicator is one group of ranks (the world is one too). Op methods *bind* an op to
+pre-allocated typed buffers and return a zero-argument callable, so the timed loop does
+no argument parsing, allocation or look-ups per iteration. Ranks are group positions.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+Fn = Callable[[], None]
+
+PER_ITERATION = "per-iteration"
+PIPELINED = "pipelined"
+TIMING_MODES = (PER_ITERATION, PIPELINED)
+
+
+class Communicator(ABC):
+    """A group of ranks on one backend; the only place that touches a communication library."""
+
+    backend: str
+    rank: int  # position in this group
+    size: int
+    ranks: tuple[int, ...]  # world rank of each position
+
+    # ---- groups and control -------------------------------------------------------------
+    @abstractmethod
+    def split(self, groups: Sequence[Sequence[int]]) -> Communicator | None:
+        """Collective over this group: the sub-group (of `groups`, in this group's positions)
+        holding this rank, or None. Every rank passes the same `groups`."""
+
+    @abstractmethod
+    def barrier(self) -> None: ...
+
+    @abstractmethod
+    def abort(self, code: int) -> None:
+        """Take the whole job down now (MPI_Abort / process exit)."""
+
+    def close(self) -> None:
+        """Release backend resources at the end of a run."""
+
+    # ---- small control messages (pickled, CPU) -------------------------------------------
+    @abstractmethod
+    def allgather_obj(self, obj: Any) -> list[Any]: ...
+
+    @abstractmethod
+    def gather_obj(self, obj: Any, root: int = 0) -> list[Any] | None: ...
+
+    @abstractmethod
+    def bcast_obj(self, obj: Any, root: int = 0) -> Any: ...
+
+    def max_int(self, value: int) -> int:
+        """Max of an integer over the group (agreement on flags and counts)."""
+        return max(self.allgather_obj(int(value)))
+
+    def max_float(self, value: float) -> float:
+        return max(self.allgather_obj(float(value)))
+
+    # ---- buffers --------------------------------------------------------------------------
+    @abstractmethod
+    def alloc(self, nbytes: int) -> Any:
+        """A raw byte buffer of the backend's kind (host or device)."""
+
+    @abstractmethod
+    def view(self, raw: Any, nbytes: int, dtype: str, offset: int = 0) -> Any:
+        """A typed view of `nbytes` of `raw` starting at byte `offset` (no copy)."""
+
+    @abstractmethod
+    def write(self, view: Any, values: np.ndarray) -> None:
+        """Copy host values (already in the view's dtype, see transport.data) into a view."""
+
+    @abstractmethod
+    def read(self, view: Any) -> np.ndarray:
+        """The view's contents as a host numpy array (storage dtype)."""
+
+    # ---- ops: bind now, call many times -------------------------------------------------
+    @abstractmethod
+    def allreduce(self, send: Any, recv: Any) -> Fn: ...
+
+    @abstractmethod
+    def allgather(self, send: Any, recv: Any) -> Fn: ...
+
+    @abstractmethod
+    def reduce_scatter(self, send: Any, recv: Any) -> Fn: ...
+
+    @abstractmethod
+    def alltoall(self, send: Any, recv: Any) -> Fn: ...
+
+    @abstractmethod
+    def alltoallv(
+        self,
+        send: Any,
+        scounts: Sequence[int],
+        sdispls: Sequence[int],
+        recv: Any,
+        rcounts: Sequence[int],
+        rdispls: Sequence[int],
+    ) -> Fn:
+        """Counts and displacements in elements, one per group position."""
+
+    @abstractmethod
+    def broadcast(self, buf: Any, root: int) -> Fn: ...
+
+    @abstractmethod
+    def reduce(self, send: Any, recv: Any, root: int) -> Fn: ...
+
+    @abstractmethod
+    def sendrecv(self, send: Any, dest: int | None, recv: Any, source: int | None) -> Fn:
+        """Send to `dest` while receiving from `source`; None skips that half (chain ends)."""
+
+    @abstractmethod
+    def pingpong(self, buf: Any, peer: int, initiator: bool) -> Fn:
+        """One round trip with `peer`: the initiator sends then receives, the other echoes."""
+
+    @abstractmethod
+    def isend(self, buf: Any, dest: int, tag: int) -> Any:
+        """Start a send; returns a request for waitall."""
+
+    @abstractmethod
+    def recv(self, buf: Any, source: int, tag: int) -> None: ...
+
+    @abstractmethod
+    def waitall(self, requests: list[Any]) -> None: ...
+
+    def compute(self, seconds: float) -> None:
+        """Stand-in for compute between messages (pipeline bubbles): sleep, leaving the CPU
+        to other ranks when oversubscribed."""
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def sync(self) -> None:
+        """Wait for the device to finish queued work (no-op on host backends)."""
+
+    # ---- timing -------------------------------------------------------------------------
+    def time_loop(self, fn: Fn, iters: int, mode: str = PER_ITERATION) -> np.ndarray:
+        """Seconds per call on this rank: barrier, clock, op, device sync, clock.
+
+        `pipelined` times `iters` back-to-back calls after one barrier and divides (nccl-tests).
+        """
+        barrier, sync, clock = self.barrier, self.sync, time.perf_counter
+        out = np.empty(iters)
+        if mode == PIPELINED:
+            barrier()
+            t0 = clock()
+            for _ in range(iters):
+                fn()
+            sync()
+            out.fill((clock() - t0) / iters)
+            return out
+        for i in range(iters):
+            barrier()
+            t0 = clock()
+            fn()
+            sync()
+            out[i] = clock() - t0
+        return out
