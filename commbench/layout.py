@@ -80,11 +80,13 @@ class Mesh:
         return np.arange(self.world).reshape(tuple(reversed(self.dims)))
 
     def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
-        """Rank lists of the groups along `axis`; `"dp-cp"` joins axes (first = fastest)."""
+        """Rank lists of the groups along `axis`; `"dp-cp"` joins axes (positions follow the
+        mesh order, so a joined group lists its ranks in ascending order)."""
         names = axis.split("-")
         for n in names:
             if n not in self.axes:
                 raise UsageError(f"unknown axis {n!r}: this layout has {', '.join(self.axes)}")
+        names = sorted(set(names), key=self.axes.index)
         # numpy axis index of mesh axis i is (n_axes - 1 - i)
         np_axes = [len(self.axes) - 1 - self.axes.index(n) for n in names]
         rest = [i for i in range(len(self.axes)) if i not in np_axes]
