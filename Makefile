@@ -1,0 +1,82 @@
+# commbench: `make demo` (install + 4 local MPI ranks on CPU: measure, fit, plan, report)
+# and `make test`. The environment lives in .venv and is created on first use.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+CB := $(PY) -m commbench
+# CPU build of torch for the gloo backend; on GPU machines pass your CUDA build, e.g.
+# `make install TORCH_SPEC=torch==2.5.1` (or TORCH_SPEC= to keep the one installed).
+TORCH_SPEC ?= torch==2.13.0
+NP ?= 4
+RESULTS ?= results
+# Open MPI from PyPI; for a system MPI: `make demo MPIRUN=mpirun`.
+MPIRUN ?= $(BIN)/mpirun --oversubscribe
+PYTEST_ARGS ?=
+
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install test test-all lint format demo report bench browser clean help
+
+help:
+	@echo "make demo    install, then measure on $(NP) local MPI ranks, fit, plan and report"
+	@echo "make test    install, then run the test suite"
+	@echo "make report  build $(RESULTS)/report/index.html (runs a quick suite first if empty)"
+	@echo "make bench   benchmarks of commbench itself"
+	@echo "make lint    ruff check + format check"
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+	$(if $(TORCH_SPEC),$(PY) -m pip install -q "$(TORCH_SPEC)")
+	$(PY) -m pip install -q -e ".[mpi,torch,analysis,test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+# Debian's chromium for the report's browser test (as root, when missing).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "note: chromium not installed; the browser check of the report will be skipped"; }
+
+test: install browser
+	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-all: install browser
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+demo: install
+	rm -rf $(RESULTS)/demo-collectives $(RESULTS)/demo-smoke
+	$(MPIRUN) -n $(NP) $(CB) suite collectives --quick --backend mpi --results $(RESULTS) --run-id demo-collectives
+	$(MPIRUN) -n $(NP) $(CB) suite smoke --backend mpi --results $(RESULTS) --run-id demo-smoke
+	$(CB) fit $(RESULTS)/demo-collectives -o $(RESULTS)/demo-calibration.json
+	$(CB) validate --calibration $(RESULTS)/demo-calibration.json $(RESULTS)/demo-smoke
+	$(CB) plan --model llama-7b --gpus $(NP) --gpus-per-node $(NP) --calibration $(RESULTS)/demo-calibration.json --extrapolate --top 5
+	$(CB) plan --model llama-70b --gpus 32 --gpus-per-node 8 --top 5
+	$(CB) report $(RESULTS)/demo-collectives $(RESULTS)/demo-smoke --calibration $(RESULTS)/demo-calibration.json -o $(RESULTS)/report
+	@echo "demo done: open $(RESULTS)/report/index.html"
+
+report: install
+	@ls -d $(RESULTS)/*/records.jsonl >/dev/null 2>&1 || \
+	  $(MPIRUN) -n $(NP) $(CB) suite smoke --quick --backend mpi --results $(RESULTS)
+	$(CB) report -o $(RESULTS)/report
+
+bench: install
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache bench/_build
