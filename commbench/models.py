@@ -352,7 +352,9 @@ def parse_model_arg(text: str) -> ModelShape:
     `--model tiny:layers=4,hidden=256,ffn_hidden=512,heads=8`."""
     import yaml
 
-    name, _, rest = text.partition(":")
+    name, colon, rest = text.partition(":")
+    if not colon:
+        return get_model(name, "--model")
     data: dict[str, Any] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
