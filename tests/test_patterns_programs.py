@@ -329,3 +329,17 @@ def test_options_validation_names_fields():
         patterns.get("tensor")
     opts = patterns.make_options("collectives", {"max_bytes": "1M", "ops": ["allreduce"]}, "o")
     assert opts.max_bytes == MiB and opts.ops == ("allreduce",)
+
+
+def test_training_step_collects_every_strategy():
+    lay = ParallelLayout(64, tp=2, cp=2, ep=4, pp=2)  # dp = 8
+    progs = patterns.training_step(
+        lay, MIX, {"seq_len": 4096, "micro_batches": 4, "sequence_parallel": True}, zero_stage=1
+    )
+    assert set(progs) == {"tp", "cp", "pp", "ep", "zero"}
+    assert progs["pp"].meta["micro_batches"] == 4
+    assert {s.op for s in progs["tp"].steps} == {"allgather", "reduce_scatter"}
+    assert progs["zero"].meta["stage"] == 1
+    dense = patterns.training_step(ParallelLayout(8, tp=8), L7)
+    assert set(dense) == {"tp"}
+    assert set(patterns.training_step(ParallelLayout(8, tp=2), L7)) == {"tp", "dp"}

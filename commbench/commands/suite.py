@@ -414,6 +414,7 @@ def point_extras(point, summary: dict) -> dict:
     out = {}
     if point.program.pattern == "pp" and meta.get("compute_s"):
         t = summary["time_us"] * 1e-6
+        out["time includes synthetic compute (ms)"] = meta["compute_s"] * 1e3
         out["bubble measured"] = max(0.0, 1 - meta["compute_s"] / t) if t > 0 else 0.0
         out["bubble (p-1)/(m+p-1)"] = meta["bubble_fraction"]
     if point.program.pattern == "ep":

@@ -36,6 +36,7 @@ __all__ = [
     "make_options",
     "rebuild",
     "resolve_axis",
+    "training_step",
     "violations",
 ]
 
@@ -125,3 +126,38 @@ def rebuild(point: dict) -> tuple[ParallelLayout, ModelShape | None, Any, Progra
     model = ModelShape.from_dict(shape, "model_shape") if shape else None
     options = make_options(point["pattern"], point["options"], "options")
     return layout, model, options, build(point["pattern"], layout, model, options)
+
+
+def training_step(
+    layout: ParallelLayout,
+    model: ModelShape,
+    workload: dict | None = None,
+    zero_stage: int = 0,
+    options: dict[str, dict] | None = None,
+) -> dict[str, Program]:
+    """Every strategy's Program for one training step of `layout`: tp (tp > 1), cp (cp > 1),
+    pp (pp > 1), ep (ep > 1), and the gradient traffic, dp (zero_stage 0) or zero (1-3),
+    when dp x cp > 1. `workload` keys (seq_len, micro_batch, micro_batches, dtype,
+    sequence_parallel, ...) go to every pattern that has them; `options[name]` to one."""
+    import dataclasses
+
+    workload, options = workload or {}, options or {}
+    used = {
+        "tp": layout.tp > 1,
+        "cp": layout.cp > 1,
+        "pp": layout.pp > 1,
+        "ep": layout.ep > 1 and model.is_moe,
+        "dp": zero_stage == 0 and layout.dp * layout.cp > 1,
+        "zero": zero_stage > 0 and layout.dp * layout.cp > 1,
+    }
+    out = {}
+    for name, on in used.items():
+        if not on:
+            continue
+        fields = {f.name for f in dataclasses.fields(get(name).Options)}
+        opts = {k: v for k, v in workload.items() if k in fields}
+        if name == "zero":
+            opts["stage"] = zero_stage
+        opts.update(options.get(name, {}))
+        out[name] = build(name, layout, model, make_options(name, opts, f"options.{name}"))
+    return out
