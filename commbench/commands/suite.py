@@ -1,0 +1,482 @@
+"""Run a suite of strategy traffic: each point builds one training step's Program (TP, DP,
+ZeRO, PP, CP, EP or a primitive sweep) for a model and layout, and measures it on the groups
+a framework would build, all groups of an axis at once.
+
+    mpirun -n 16 commbench suite tp --quick
+    commbench suite ep --dry-run --world 64 --ranks-per-node 8
+    mpirun -n 8 commbench suite my-suite.yaml --set seq_len=8192 --model llama-70b
+
+Per point it prints the configuration, the step's communication time (sum over its steps of
+median time x repeat), bytes moved per rank, effective bus bandwidth and a per-op breakdown,
+and writes one record per measured step (kind "step") and per point (kind "point").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+
+from commbench.commands import common
+from commbench.errors import UsageError
+
+HELP = "run strategy traffic suites (tp, dp, zero, pp, cp, ep, collectives, smoke, all)"
+DEFAULT_MAX_BYTES = 128 << 20
+DEFAULT_BUDGET = 0.2
+SHORT = {"sequence_parallel": "sp", "micro_batches": "m", "seq_len": "seq", "capacity_factor": "cf"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", help="a suite name (commbench list suites) or a YAML file")
+    g = p.add_argument_group("what to run")
+    g.add_argument("--quick", action="store_true", help="the suite's small sweep")
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print each point's Program (steps, bytes, groups, link classes) and exit",
+    )
+    g.add_argument(
+        "--world",
+        type=common.positive_int,
+        default=None,
+        help="world size for --dry-run without a launcher (default: the launched size)",
+    )
+    g.add_argument(
+        "--max-bytes",
+        default=None,
+        help="per-rank buffer budget; larger steps run a measured chunk scaled by count "
+        f"(marked extrapolated) (default: the suite's, else {DEFAULT_MAX_BYTES >> 20}M)",
+    )
+    g.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        metavar="MODEL",
+        help="replace the suite's models: a preset, PRESET:key=value,... or "
+        "NAME:layers=..,hidden=..,ffn_hidden=..,heads=.. (repeatable)",
+    )
+    g.add_argument(
+        "--set",
+        action="append",
+        default=None,
+        metavar="OPTION=VALUE",
+        help="set a pattern option in every run that has it, e.g. seq_len=8192 (repeatable)",
+    )
+    g.add_argument(
+        "--degree",
+        action="append",
+        default=None,
+        metavar="AXIS=VALUES",
+        help="replace a degree sweep: tp=4, pp=2,4, cp=auto, ep=max (repeatable)",
+    )
+    g.add_argument("--order", default=None, help="rank order (default: tp-cp-ep-dp-pp)")
+    common.add_timing_args(p)
+    common.add_session_args(p)
+    for action in p._actions:  # the suite file supplies timing defaults
+        if action.dest == "budget":
+            action.default = None
+            action.help = (
+                f"target timed seconds per step (default: the suite's, else {DEFAULT_BUDGET})"
+            )
+
+
+# ---- preparing (pure, identical on every rank) ----
+def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
+    """The suite, its points on `world` ranks, and the per-rank byte budget."""
+    from commbench.models import parse_model_arg
+    from commbench.sizes import parse_size
+    from commbench.suitefile import (
+        Overrides,
+        apply_overrides,
+        expand,
+        load_suite,
+        parse_assignments,
+        parse_degree_flags,
+    )
+
+    suite = load_suite(args.suite, args.quick)
+    order = None
+    if args.order:
+        order = tuple(args.order.split("-"))
+        if sorted(order) != sorted(("tp", "cp", "ep", "dp", "pp")):
+            raise UsageError(f"--order {args.order!r} is not a permutation of tp-cp-ep-dp-pp")
+    ov = Overrides(
+        models=tuple(parse_model_arg(m) for m in args.model or []),
+        options=parse_assignments(args.set, "--set"),
+        degrees=parse_degree_flags(args.degree),
+        order=order,
+    )
+    suite = apply_overrides(suite, ov)
+    points = expand(suite, world, nodes)
+    cli_max = parse_size(args.max_bytes, "--max-bytes") if args.max_bytes else None
+    return suite, points, cli_max
+
+
+def max_bytes_for(point, cli_max: int | None) -> int:
+    return cli_max or point.run.max_bytes or DEFAULT_MAX_BYTES
+
+
+def timing_for(args: argparse.Namespace, run):
+    """Timing of a run: command-line flags over the suite file's defaults."""
+    from commbench.runner import TimingConfig
+
+    t = run.timing
+    return TimingConfig(
+        iters=args.iters if args.iters is not None else t.get("iters"),
+        warmup=args.warmup if args.warmup is not None else t.get("warmup"),
+        budget_s=args.budget if args.budget is not None else t.get("budget", DEFAULT_BUDGET),
+        min_iters=min(t.get("min_iters", 5), args.iters or 10**9),
+        max_iters=t.get("max_iters", 2000),
+        timing=args.timing,
+        check=args.check,
+        isolated=args.isolated,
+    )
+
+
+def options_label(point) -> str:
+    """The swept options of a point, short: `sp=True m=8`."""
+    parts = []
+    for k, v in point.swept.items():
+        parts.append(f"{SHORT.get(k, k)}={'-' if v is None else v}")
+    return " ".join(parts) or "-"
+
+
+def config_record(point) -> dict:
+    lay = point.layout
+    return {
+        "world": lay.world,
+        "tp": lay.tp,
+        "cp": lay.cp,
+        "ep": lay.ep,
+        "dp": lay.dp,
+        "pp": lay.pp,
+        "edp": lay.edp,
+        "order": "-".join(lay.order),
+        "label": lay.label(),
+    }
+
+
+# ---- dry run ----
+def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) -> None:
+    """Print every point's Program and what would be measured, without communicating."""
+    from commbench.execution import plan
+    from commbench.sizes import format_size
+
+    world = points[0].layout.world
+    hosts = len(set(points[0].layout.nodes)) or 1
+    out.write(
+        f"# commbench suite {suite.name} --dry-run: world {world} ({hosts} host(s)), "
+        f"{len(points)} point(s), backend {backend}\n"
+    )
+    for pt in points:
+        prog = pt.program
+        model = pt.model.name if pt.model else "-"
+        mb = max_bytes_for(pt, cli_max)
+        out.write(
+            f"\n## point {pt.index}: {prog.pattern} {model} {pt.layout.label()} "
+            f"[{options_label(pt)}]  {len(prog.steps)} step(s), "
+            f"{format_size(sum(_bytes(s) * s.repeat for s in prog.steps))} per rank\n"
+        )
+        meta = {k: v for k, v in prog.meta.items() if not isinstance(v, list | dict)}
+        if meta:
+            out.write("#   " + ", ".join(f"{k}={_fmt(v)}" for k, v in meta.items()) + "\n")
+        out.write(
+            f"#   {'#':>3} {'phase':<16} {'op':<14} {'axis':<9} {'group':>5} {'groups':>6} "
+            f"{'stride':>6} {'link':<5} {'bytes':>10} {'repeat':>8}  label / measured as\n"
+        )
+        measured = {i: m for m in plan(prog, pt.layout, backend, mb) for i in m.indices}
+        for i, st in enumerate(prog.steps):
+            m = measured[i]
+            g = m.info
+            note = m.note if i == m.indices[0] else f"same as step {m.indices[0]}"
+            out.write(
+                f"    {i:>3} {st.phase:<16} {st.op:<14} {st.axis:<9} {g.size:>5} "
+                f"{len(g.groups):>6} {g.stride:>6} {g.link_class:<5} "
+                f"{format_size(_bytes(st)):>10} {_fmt(st.repeat):>8}  {st.label}"
+                f"{'  [' + note + ']' if note else ''}\n"
+            )
+            if st.op == "alltoallv" and i == m.indices[0]:
+                out.write(f"          split (bytes src->dst): {list(map(list, st.split))}\n")
+
+
+def _bytes(step) -> int:
+    from commbench.runner import record_bytes
+
+    return record_bytes(step)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+# ---- measuring ----
+def point_summary(point, plan, results: list[dict | None]) -> dict:
+    """Per-point totals from the measured steps: time, bytes, bus bandwidth, breakdown."""
+    from commbench.execution import bus_bytes
+
+    prog = point.program
+    time_us = bus = nbytes = 0.0
+    wrong = 0
+    breakdown: dict[str, dict] = {}
+    steps = []
+    for m, rec in zip(plan, results):
+        per_op = rec["time_us"] * m.scale
+        wrong += rec["wrong"]
+        for i in m.indices:
+            st = prog.steps[i]
+            total = per_op * st.repeat
+            b = _bytes(st) * st.repeat
+            time_us += total
+            nbytes += b
+            bus += bus_bytes(st, m.info.size) * st.repeat
+            key = f"{st.op}@{st.axis}"
+            row = breakdown.setdefault(key, {"time_us": 0.0, "bytes": 0, "ops": 0})
+            row["time_us"] += total
+            row["bytes"] += b
+            row["ops"] += st.repeat
+            steps.append(
+                {
+                    "index": i,
+                    "op": st.op,
+                    "axis": st.axis,
+                    "phase": st.phase,
+                    "label": st.label,
+                    "dtype": st.dtype,
+                    "bytes": _bytes(st),
+                    "repeat": st.repeat,
+                    "group_size": m.info.size,
+                    "link_class": m.info.link_class,
+                    "time_us": per_op,
+                    "total_us": total,
+                    "measured_bytes": rec["bytes"],
+                    "measured_dtype": rec["dtype"],
+                    "chunks": m.chunks,
+                    "scale": m.scale,
+                    "extrapolated": m.extrapolated,
+                }
+            )
+    steps.sort(key=lambda s: s["index"])
+    t = time_us * 1e-6
+    return {
+        "time_us": time_us,
+        "bytes": int(nbytes),
+        "algbw_GBps": nbytes / t / 1e9 if t > 0 else 0.0,
+        "busbw_GBps": bus / t / 1e9 if t > 0 else 0.0,
+        "wrong": wrong,
+        "extrapolated": any(m.extrapolated for m in plan),
+        "breakdown": breakdown,
+        "steps": steps,
+    }
+
+
+def point_columns():
+    from commbench.console import Column
+
+    return [
+        Column("point", "", 6),
+        Column("pattern", "", 11),
+        Column("model", "", 14),
+        Column("config", "", 22),
+        Column("options", "", 22),
+        Column("comm", "(ms)", 11, ".3f"),
+        Column("bytes", "(/rank)", 10),
+        Column("busbw", "(GB/s)", 8, ".3f"),
+        Column("#wrong", "", 6),
+        Column("extrap", "", 6),
+    ]
+
+
+def breakdown_lines(point, plan, results, summary) -> Iterable[str]:
+    """One line per measured step: op, axis, placement, size x count, time per op, total."""
+    from commbench.program import bus_factor
+    from commbench.sizes import format_size
+
+    prog = point.program
+    for m, rec in zip(plan, results):
+        st = prog.steps[m.indices[0]]
+        per_op = rec["time_us"] * m.scale
+        total = per_op * m.repeat
+        phases = "+".join(dict.fromkeys(prog.steps[i].phase for i in m.indices))
+        busbw = _bytes(st) * bus_factor(st.op, m.info.size) / (per_op * 1e-6) / 1e9
+        share = 100 * total / summary["time_us"] if summary["time_us"] else 0.0
+        yield (
+            f"#   {st.op:<14} {st.axis:<8} {m.info.size:>3}x{len(m.info.groups):<3} "
+            f"{m.info.link_class:<5} {format_size(_bytes(st)):>10} x {_fmt(m.repeat):<7} "
+            f"{phases:<17} {per_op / 1e3:>10.3f} ms/op {total / 1e3:>11.3f} ms {share:5.1f}% "
+            f"busbw {busbw:7.3f}{'  [' + m.note + ']' if m.note else ''}"
+        )
+
+
+def main(args: argparse.Namespace) -> int:
+    launch = common.launch_info()
+    if args.world and launch.size > 1 and args.world != launch.size:
+        raise UsageError(f"--world {args.world} differs from the launched world {launch.size}")
+    if args.world and not args.dry_run and args.world != launch.size:
+        raise UsageError("--world sets the world size of --dry-run only; launch with mpirun -n N")
+    world = args.world or launch.size
+    if args.dry_run:
+        from commbench.layout import host_map
+
+        if args.ranks_per_node and world % args.ranks_per_node:
+            raise UsageError(
+                f"--ranks-per-node {args.ranks_per_node} does not divide the world size {world}"
+            )
+        nodes = host_map(world, ranks_per_node=args.ranks_per_node)
+        suite, points, cli_max = load(args, world, nodes)
+        backend = "mpi" if args.backend == "auto" else args.backend
+        if launch.rank == 0:
+            dry_run(suite, points, cli_max, backend)
+        return 0
+    suite, points, cli_max = load(args, world)
+    opts = common.session_options(args, "suite", launch)
+    runs = list(dict.fromkeys(pt.run for pt in points))
+    timings = {id(r): timing_for(args, r) for r in runs}
+    return measure(args, suite, points, cli_max, opts, launch, timings)
+
+
+def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
+    """Run every point under one Session; rank 0 prints and writes."""
+    import dataclasses
+
+    from commbench.console import Table
+    from commbench.execution import plan
+    from commbench.session import Session
+    from commbench.sizes import format_size
+
+    first_timing = timings[id(points[0].run)]
+    with Session(launch, opts, first_timing) as s:
+        layouts = [dataclasses.replace(pt.layout, nodes=s.nodes) for pt in points]
+        plans = [
+            plan(pt.program, lay, opts.backend, max_bytes_for(pt, cli_max))
+            for pt, lay in zip(points, layouts)
+        ]
+        s.runner.reserve([(m.step, m.info) for pl in plans for m in pl])
+        hosts = len(set(s.nodes)) or 1
+        budgets = sorted({max_bytes_for(pt, cli_max) for pt in points})
+        s.say(
+            f"# commbench suite {suite.name}{' (quick)' if args.quick else ''}: "
+            f"{suite.description.strip().splitlines()[0] if suite.description else ''}"
+        )
+        s.say(
+            f"# backend {opts.backend}, world {s.world.size} ({hosts} host(s)), "
+            f"{len(points)} point(s), max-bytes {'/'.join(format_size(b) for b in budgets)} "
+            f"per rank, timing {first_timing.timing}, "
+            f"{'isolated' if first_timing.isolated else 'all groups at once'}"
+        )
+        s.say(
+            "# comm = sum over steps of median(max over ranks) x repeat; bytes = sum of S x "
+            "repeat per rank; busbw = bus bytes / comm"
+        )
+        table = Table(point_columns())
+        bad_points = 0
+        for pt, pl in zip(points, plans):
+            s.runner.cfg = timings[id(pt.run)]
+            results = []
+            for m in pl:
+                rec = s.runner.measure(m.step, m.info)
+                results.append(rec)
+                if rec is not None:
+                    s.writer.write(step_record(suite, pt, m, rec, opts.backend))
+            if not s.is_root:
+                continue
+            summary = point_summary(pt, pl, results)
+            bad_points += summary["wrong"] > 0
+            s.writer.write(point_record(suite, pt, summary, opts.backend, pl))
+            table.row(
+                pt.index,
+                pt.program.pattern,
+                pt.model.name if pt.model else "-",
+                pt.layout.label(),
+                options_label(pt),
+                summary["time_us"] / 1e3,
+                format_size(summary["bytes"]),
+                summary["busbw_GBps"],
+                summary["wrong"] if first_timing.check else "N/A",
+                "yes" if summary["extrapolated"] else "-",
+            )
+            for line in breakdown_lines(pt, pl, results, summary):
+                s.say(line)
+            extra = point_extras(pt, summary)
+            if extra:
+                s.say("#   " + ", ".join(f"{k} {_fmt(v)}" for k, v in extra.items()))
+        if s.is_root:
+            checked = "checked" if first_timing.check else "not checked (--no-check)"
+            table.note(f"Points with wrong data : {bad_points} of {len(points)} ({checked})")
+            s.say(f"results: {s.writer.path}")
+    return 0
+
+
+def point_extras(point, summary: dict) -> dict:
+    """Pattern facts worth a line: the measured pipeline bubble, the MoE imbalance."""
+    meta = point.program.meta
+    out = {}
+    if point.program.pattern == "pp" and meta.get("compute_s"):
+        t = summary["time_us"] * 1e-6
+        out["time includes synthetic compute (ms)"] = meta["compute_s"] * 1e3
+        out["bubble measured"] = max(0.0, 1 - meta["compute_s"] / t) if t > 0 else 0.0
+        out["bubble (p-1)/(m+p-1)"] = meta["bubble_fraction"]
+    if point.program.pattern == "ep":
+        out["imbalance max/mean"] = meta["imbalance"]
+        out["router imbalance"] = meta["router_imbalance"]
+        out["dropped"] = meta["dropped_fraction"]
+    return out
+
+
+def step_record(suite, point, m, rec: dict, backend: str) -> dict:
+    """A measured step: the runner's fields plus where it comes from in the suite."""
+    prog = point.program
+    st = prog.steps[m.indices[0]]
+    return {
+        **rec,
+        "kind": "step",
+        "backend": backend,
+        "suite": suite.name,
+        "run": point.run.name,
+        "point": point.index,
+        "pattern": prog.pattern,
+        "model": point.model.name if point.model else None,
+        "config": config_record(point),
+        "label": st.label,
+        "phases": list(dict.fromkeys(prog.steps[i].phase for i in m.indices)),
+        "program_steps": list(m.indices),
+        "program_bytes": _bytes(st),
+        "program_dtype": st.dtype,
+        "repeat": m.repeat,
+        "chunks": m.chunks,
+        "scale": m.scale,
+        "extrapolated": m.extrapolated,
+        "note": m.note,
+        "time_total_us": rec["time_us"] * m.scale * m.repeat,
+    }
+
+
+def point_record(suite, point, summary: dict, backend: str, plan) -> dict:
+    """A point: enough to rebuild its Program (patterns.rebuild) and compare predictions."""
+    prog = point.program
+    extras = point_extras(point, summary)
+    dtypes = [s.dtype for s in prog.steps]
+    return {
+        "kind": "point",
+        "op": "program",
+        "backend": backend,
+        "dtype": max(set(dtypes), key=dtypes.count),
+        "group_size": point.layout.world,
+        "world_size": point.layout.world,
+        "suite": suite.name,
+        "run": point.run.name,
+        "point": point.index,
+        "pattern": prog.pattern,
+        "model": point.model.name if point.model else None,
+        "model_shape": point.model.to_dict() if point.model else None,
+        "config": config_record(point),
+        "options": point.options.to_dict(),
+        "swept": point.swept,
+        "link_classes": {m.info.axis: m.info.link_class for m in plan},
+        "meta": prog.meta,
+        **summary,
+        **({"bubble_measured": extras["bubble measured"]} if "bubble measured" in extras else {}),
+        "steps_total": len(prog.steps),
+        "measured_steps": len(plan),
+    }

@@ -1,0 +1,163 @@
+"""Strategy traffic as data: one module per parallel strategy, each `build(layout, model,
+options) -> Program`, pure (no transport), plus the registry the suite command, `commbench
+list`, validation and the planner use.
+
+    from commbench import patterns
+    prog = patterns.build("tp", ParallelLayout(16, tp=4), get_model("llama-7b"),
+                          {"sequence_parallel": True})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from commbench.errors import UsageError
+from commbench.layout import ParallelLayout
+from commbench.models import ModelShape
+from commbench.patterns import collectives, cp, dp, ep, pp, tp, zero
+from commbench.patterns.base import (
+    TrafficOptions,
+    option_fields,
+    options_from_dict,
+    resolve_axis,
+    violations,
+)
+from commbench.program import Program
+
+__all__ = [
+    "PATTERNS",
+    "PatternSpec",
+    "TrafficOptions",
+    "build",
+    "get",
+    "make_options",
+    "rebuild",
+    "resolve_axis",
+    "training_step",
+    "violations",
+]
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    """A registered pattern: its Options class, build function, the degree it exercises
+    (None: the collectives sweep) and whether it needs a model / an MoE model."""
+
+    name: str
+    module: ModuleType
+    axis: str | None
+    needs_model: bool = True
+    needs_moe: bool = False
+    sequence_parallel_option: bool = False
+
+    @property
+    def Options(self) -> type:  # noqa: N802 - the class
+        return self.module.Options
+
+    @property
+    def build(self) -> Callable[[ParallelLayout, ModelShape, Any], Program]:
+        return self.module.build
+
+    @property
+    def doc(self) -> str:
+        para = " ".join((self.module.__doc__ or "").strip().split("\n\n")[0].split())
+        return para.split(": ")[0]
+
+    def options(self) -> list[tuple[str, str, Any]]:
+        """(name, type, default) of each option."""
+        return option_fields(self.Options)
+
+
+PATTERNS: dict[str, PatternSpec] = {
+    s.name: s
+    for s in (
+        PatternSpec("dp", dp, "dp"),
+        PatternSpec("zero", zero, "dp"),
+        PatternSpec("tp", tp, "tp", sequence_parallel_option=True),
+        PatternSpec("pp", pp, "pp", sequence_parallel_option=True),
+        PatternSpec("cp", cp, "cp"),
+        PatternSpec("ep", ep, "ep", needs_moe=True),
+        PatternSpec("collectives", collectives, None, needs_model=False),
+    )
+}
+
+
+def get(name: str, where: str = "pattern") -> PatternSpec:
+    """The registered pattern; unknown names are a UsageError listing the patterns."""
+    if not isinstance(name, str) or name not in PATTERNS:
+        raise UsageError(f"{where}: unknown pattern {name!r}; choose from {', '.join(PATTERNS)}")
+    return PATTERNS[name]
+
+
+def make_options(name: str, data: dict | Any | None = None, where: str = "options") -> Any:
+    """The pattern's Options from a mapping (validated, naming the field) or as given."""
+    spec = get(name)
+    if isinstance(data, spec.Options):
+        return data
+    return options_from_dict(spec.Options, data, where)
+
+
+def build(
+    name: str, layout: ParallelLayout, model: ModelShape | None, options: dict | Any = None
+) -> Program:
+    """Build pattern `name`'s Program of one training step."""
+    spec = get(name)
+    if spec.needs_model and model is None:
+        raise UsageError(f"pattern {name} needs a model")
+    return spec.build(layout, model, make_options(name, options))
+
+
+def rebuild(point: dict) -> tuple[ParallelLayout, ModelShape | None, Any, Program]:
+    """Rebuild the exact Program of a suite `point` record (for validate / predict)."""
+    cfg = point["config"]
+    layout = ParallelLayout(
+        cfg["world"],
+        tp=cfg["tp"],
+        cp=cfg["cp"],
+        ep=cfg["ep"],
+        dp=cfg["dp"],
+        pp=cfg["pp"],
+        order=tuple(cfg["order"].split("-")),
+    )
+    shape = point.get("model_shape")
+    model = ModelShape.from_dict(shape, "model_shape") if shape else None
+    options = make_options(point["pattern"], point["options"], "options")
+    return layout, model, options, build(point["pattern"], layout, model, options)
+
+
+def training_step(
+    layout: ParallelLayout,
+    model: ModelShape,
+    workload: dict | None = None,
+    zero_stage: int = 0,
+    options: dict[str, dict] | None = None,
+) -> dict[str, Program]:
+    """Every strategy's Program for one training step of `layout`: tp (tp > 1), cp (cp > 1),
+    pp (pp > 1), ep (ep > 1), and the gradient traffic, dp (zero_stage 0) or zero (1-3),
+    when dp x cp > 1. `workload` keys (seq_len, micro_batch, micro_batches, dtype,
+    sequence_parallel, ...) go to every pattern that has them; `options[name]` to one."""
+    import dataclasses
+
+    workload, options = workload or {}, options or {}
+    used = {
+        "tp": layout.tp > 1,
+        "cp": layout.cp > 1,
+        "pp": layout.pp > 1,
+        "ep": layout.ep > 1 and model.is_moe,
+        "dp": zero_stage == 0 and layout.dp * layout.cp > 1,
+        "zero": zero_stage > 0 and layout.dp * layout.cp > 1,
+    }
+    out = {}
+    for name, on in used.items():
+        if not on:
+            continue
+        fields = {f.name for f in dataclasses.fields(get(name).Options)}
+        opts = {k: v for k, v in workload.items() if k in fields}
+        if name == "zero":
+            opts["stage"] = zero_stage
+        opts.update(options.get(name, {}))
+        out[name] = build(name, layout, model, make_options(name, opts, f"options.{name}"))
+    return out

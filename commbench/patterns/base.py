@@ -1,0 +1,235 @@
+"""What every pattern shares: the workload options, degree checks, byte helpers, axis lookup.
+
+A pattern is pure: (ParallelLayout, ModelShape, Options) -> Program. One training step is
+`micro_batches` micro-batches of `micro_batch` sequences of `seq_len` tokens per data-parallel
+replica, so the patterns' Programs add up to one step's traffic and a planner can sum them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from commbench.errors import UsageError
+from commbench.layout import GroupInfo, ParallelLayout, sweep_mesh
+from commbench.models import ModelShape
+from commbench.program import canonical_dtype, dtype_size
+from commbench.sizes import parse_size
+
+
+@dataclass(frozen=True)
+class TrafficOptions:
+    """The workload every pattern sees: sequence length (None: the model's), micro-batch size,
+    micro-batches per step (gradient accumulation / pipeline) and the activation dtype."""
+
+    seq_len: int | None = None
+    micro_batch: int = 1
+    micro_batches: int = 1
+    dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch", "micro_batches"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.seq_len is not None and self.seq_len < 1:
+            raise UsageError(f"seq_len must be at least 1, got {self.seq_len}")
+        for f in dataclasses.fields(self):
+            if f.name == "dtype" or f.name.endswith("_dtype"):
+                object.__setattr__(self, f.name, canonical_dtype(getattr(self, f.name)))
+
+    def seq(self, model: ModelShape) -> int:
+        """The sequence length in effect."""
+        return self.seq_len or model.seq_len
+
+    @property
+    def elem(self) -> int:
+        """Bytes per activation element."""
+        return dtype_size(self.dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+        }
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> None:
+    """UsageError naming the option when `value` is not one of `choices`."""
+    if value not in choices:
+        raise UsageError(f"{name} {value!r}: choose from {', '.join(map(str, choices))}")
+
+
+# ---- degrees vs the model ----
+def violations(
+    layout: ParallelLayout,
+    model: ModelShape,
+    seq: int,
+    sequence_parallel: bool = False,
+) -> list[tuple[str, str]]:
+    """(degree, reason) for every degree that does not divide the dimension it splits, as
+    Megatron-LM requires: heads, K/V groups and MLP width by tp; layers by pp; experts by ep;
+    the sequence by cp (and by tp*cp with sequence parallel)."""
+    out = []
+    t, c, p, e = layout.tp, layout.cp, layout.pp, layout.ep
+    if model.heads % t:
+        out.append(("tp", f"tp={t} does not divide the {model.heads} heads of {model.name}"))
+    elif model.kv_heads % t:
+        out.append(("tp", f"tp={t} does not divide the {model.kv_heads} KV heads of {model.name}"))
+    elif model.ffn_hidden % t or model.moe_ffn_hidden % t:
+        out.append(("tp", f"tp={t} does not divide the MLP width of {model.name}"))
+    if model.layers % p:
+        out.append(("pp", f"pp={p} does not divide the {model.layers} layers of {model.name}"))
+    if e > 1 and not model.is_moe:
+        out.append(("ep", f"ep={e} needs an MoE model; {model.name} is dense"))
+    elif e > 1 and model.experts % e:
+        out.append(("ep", f"ep={e} does not divide the {model.experts} experts of {model.name}"))
+    if seq % c:
+        out.append(("cp", f"cp={c} does not divide the sequence length {seq}"))
+    elif sequence_parallel and (seq // c) % t:
+        out.append(("tp", f"tp={t} does not divide the {seq // c} tokens per cp rank (SP)"))
+    return out
+
+
+def check(layout: ParallelLayout, model: ModelShape, seq: int, sp: bool = False) -> None:
+    """Raise the first violation as a UsageError naming the degree."""
+    bad = violations(layout, model, seq, sp)
+    if bad:
+        raise UsageError(f"{bad[0][0]}: {bad[0][1]}")
+
+
+# ---- sizes ----
+def pad_bytes(nbytes: float, p: int, dtype: str) -> int:
+    """Round up to whole elements split evenly over p ranks (FSDP / ZeRO pad flat params so
+    every rank holds an equal shard)."""
+    unit = dtype_size(dtype) * p
+    return max(unit, math.ceil(nbytes / unit) * unit)
+
+
+def elements_bytes(nbytes: float, dtype: str) -> int:
+    """Round up to whole elements."""
+    el = dtype_size(dtype)
+    return max(el, math.ceil(nbytes / el) * el)
+
+
+def buckets(total: int, first: int, cap: int) -> list[tuple[int, int, str]]:
+    """PyTorch DDP bucketing of `total` gradient bytes: a first bucket of `first` bytes, then
+    buckets of `cap`, the remainder last. Returns (bytes, count, which) with equal sizes merged."""
+    if total <= 0:
+        return []
+    out = []
+    head = min(first, total) if first != cap else 0
+    if head:
+        out.append((head, 1, "first"))
+    rest = total - head
+    if rest >= cap:
+        out.append((cap, rest // cap, "full"))
+    if rest % cap:
+        out.append((rest % cap, 1, "last"))
+    return out
+
+
+def dp_axis(layout: ParallelLayout) -> str:
+    """The gradient-reduction axis of dense parameters: dp, or dp-cp when cp > 1 (Megatron
+    reduces gradients over the data-parallel x context-parallel ranks)."""
+    return "dp-cp" if layout.cp > 1 else "dp"
+
+
+def dp_size(layout: ParallelLayout) -> int:
+    return layout.dp * layout.cp
+
+
+# ---- axes ----
+_SWEEP_AXIS = re.compile(r"^(contig|strided)(\d+)$")
+
+
+def sweep_axis(placement: str, size: int) -> str:
+    """Axis name of a primitive-sweep group: `contig4` (consecutive ranks), `strided4`."""
+    return f"{'contig' if placement == 'contiguous' else 'strided'}{size}"
+
+
+def resolve_axis(layout: ParallelLayout, axis: str) -> GroupInfo:
+    """Groups of a Step's axis: a layout axis (tp, dp-cp, ep, ...) or a sweep group."""
+    m = _SWEEP_AXIS.match(axis)
+    if m:
+        placement = "contiguous" if m.group(1) == "contig" else "strided"
+        info = sweep_mesh(layout.world, int(m.group(2)), placement, layout.nodes).info("group")
+        return dataclasses.replace(info, axis=axis)
+    return layout.info(axis)
+
+
+# ---- options from suite files and flags ----
+def _accepts(tp: Any, value: Any, name: str) -> tuple[bool, Any]:
+    """(ok, converted) for a value against a dataclass field type."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arm in typing.get_args(tp):
+            ok, conv = _accepts(arm, value, name)
+            if ok:
+                return True, conv
+        return False, value
+    if tp is type(None):
+        return value is None, value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            return False, value
+        (item, _) = typing.get_args(tp)
+        conv = []
+        for v in value:
+            ok, c = _accepts(item, v, name)
+            if not ok:
+                return False, value
+            conv.append(c)
+        return True, tuple(conv)
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        if name.endswith("_bytes") and isinstance(value, str):
+            return True, parse_size(value, name)
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if tp is str:
+        return isinstance(value, str), value
+    raise AssertionError(tp)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    return "null" if tp is type(None) else tp.__name__
+
+
+def options_from_dict(cls: type, data: dict | None, where: str) -> Any:
+    """Build a pattern's Options from a mapping, naming the field of any unknown key, wrong
+    type or invalid value (`runs[0].options.router: ...`)."""
+    data = data or {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a mapping of option: value")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in data.items():
+        if key not in names:
+            raise UsageError(f"{where}.{key}: unknown option; choose from {', '.join(names)}")
+        ok, conv = _accepts(hints[key], value, key)
+        if not ok:
+            raise UsageError(f"{where}.{key}: expected {_type_name(hints[key])}, got {value!r}")
+        values[key] = conv
+    try:
+        return cls(**values)
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def option_fields(cls: type) -> list[tuple[str, str, Any]]:
+    """(name, type, default) of each option, for `commbench list patterns`."""
+    hints = typing.get_type_hints(cls)
+    return [(f.name, _type_name(hints[f.name]), f.default) for f in dataclasses.fields(cls)]

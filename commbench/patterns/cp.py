@@ -1,0 +1,57 @@
+"""Context parallelism as ring attention (Liu et al. 2023, "Ring Attention"; Megatron-LM's
+p2p context parallel): each layer's forward passes K and V around the cp ring in c-1
+send/recv steps of 2 b (s/c) (n_kv/t) d_head elements (grouped-query attention sends only
+the KV heads); the backward moves 2(c-1) such units: K,V first, then K,V plus dK,dV, then
+dK,dV on the last step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commbench.layout import ParallelLayout
+from commbench.models import ModelShape
+from commbench.patterns.base import TrafficOptions, check
+from commbench.program import Program, Step
+
+NAME = "cp"
+AXIS = "cp"
+
+
+@dataclass(frozen=True)
+class Options(TrafficOptions):
+    """Ring-attention traffic of one step."""
+
+
+def kv_unit_bytes(layout: ParallelLayout, model: ModelShape, options: TrafficOptions) -> int:
+    """K and V of one sequence chunk on one rank: 2 b (s/c) (n_kv/t) d_head x bytes."""
+    seq = options.seq(model)
+    return (
+        2
+        * options.micro_batch
+        * (seq // layout.cp)
+        * (model.kv_heads // layout.tp)
+        * model.head_dim
+        * options.elem
+    )
+
+
+def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
+    """Ring K/V exchange of every layer of the busiest stage, every micro-batch."""
+    check(layout, model, options.seq(model))
+    c = layout.cp
+    unit = kv_unit_bytes(layout, model, options)
+    n = model.layers // layout.pp * options.micro_batches
+    meta = {"kv_unit_bytes": unit, "forward_units": c - 1, "backward_units": 2 * (c - 1)}
+    if c == 1:
+        return Program(NAME, (), meta)
+    dt = options.dtype
+    steps = [
+        Step("sendrecv", unit, AXIS, (c - 1) * n, "forward", dt, "K,V ring step"),
+        Step("sendrecv", unit, AXIS, 2 * n, "backward", dt, "K,V first / dK,dV last step"),
+    ]
+    if c > 2:
+        steps.append(
+            Step("sendrecv", 2 * unit, AXIS, (c - 2) * n, "backward", dt, "K,V + dK,dV ring step")
+        )
+    return Program(NAME, tuple(steps), meta)

@@ -1,0 +1,158 @@
+"""Pipeline parallelism with the 1F1B schedule (PipeDream-Flush, Narayanan et al. 2021; the
+non-interleaved schedule of Megatron-LM): stage i runs min(p-i-1, m) warm-up forwards, then
+alternates one forward and one backward, then drains the remaining backwards. Each forward
+sends an activation of b (s/c) h elements (/t with sequence parallel) to the next stage,
+each backward its gradient to the previous one. Optional synthetic compute per micro-batch
+lets the bubble (p-1)/(m+p-1) be measured rather than assumed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from commbench.errors import UsageError
+from commbench.layout import ParallelLayout
+from commbench.models import ModelShape
+from commbench.patterns.base import TrafficOptions, check
+from commbench.program import Action, Program, Step
+
+NAME = "pp"
+AXIS = "pp"
+FWD, BWD = 0, 1
+
+
+@dataclass(frozen=True)
+class Options(TrafficOptions):
+    """1F1B over `micro_batches`; compute_ms of forward per micro-batch and stage (backward =
+    backward_factor x forward) stands in for the layers' compute so the bubble shows."""
+
+    micro_batches: int = 8
+    sequence_parallel: bool = False
+    compute_ms: float = 0.0
+    backward_factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.compute_ms < 0 or self.backward_factor < 0:
+            raise UsageError("compute_ms and backward_factor must be 0 or more")
+
+
+def bubble_fraction(p: int, m: int) -> float:
+    """Idle fraction of a 1F1B (or GPipe) pipeline with equal stages: (p-1)/(m+p-1)."""
+    return (p - 1) / (m + p - 1)
+
+
+def warmup_forwards(p: int, stage: int, m: int) -> int:
+    """Forwards stage `stage` runs before its first backward: min(p - stage - 1, m)."""
+    return min(p - stage - 1, m)
+
+
+def one_f_one_b(p: int, m: int) -> list[list[tuple[int, int]]]:
+    """Per stage, the ordered (FWD|BWD, micro-batch) passes of the 1F1B schedule."""
+    order = []
+    for i in range(p):
+        w = warmup_forwards(p, i, m)
+        passes = [(FWD, j) for j in range(w)]
+        for j in range(m - w):
+            passes += [(FWD, w + j), (BWD, j)]
+        passes += [(BWD, j) for j in range(m - w, m)]
+        order.append(passes)
+    return order
+
+
+def tag(direction: int, micro_batch: int) -> int:
+    """Message tag: unique per direction and micro-batch, so matching never depends on order."""
+    return 2 * micro_batch + direction
+
+
+def schedule(
+    p: int, m: int, nbytes: int, forward_s: float = 0.0, backward_s: float = 0.0
+) -> tuple[tuple[Action, ...], ...]:
+    """Per-stage action lists of 1F1B: a forward receives from the previous stage, computes,
+    sends to the next; a backward receives from the next, computes, sends to the previous."""
+    out = []
+    for i, passes in enumerate(one_f_one_b(p, m)):
+        acts: list[Action] = []
+        for d, j in passes:
+            src, dst = (-1, +1) if d == FWD else (+1, -1)
+            if 0 <= i + src < p:
+                acts.append(Action("recv", src, nbytes, tag=tag(d, j)))
+            seconds = forward_s if d == FWD else backward_s
+            if seconds > 0:
+                acts.append(Action("compute", seconds=seconds))
+            if 0 <= i + dst < p:
+                acts.append(Action("send", dst, nbytes, tag=tag(d, j)))
+        out.append(tuple(acts))
+    return tuple(out)
+
+
+def simulate(
+    sched: tuple[tuple[Action, ...], ...], message_s: float = 0.0
+) -> tuple[float, list[float]]:
+    """Makespan and per-stage finish times of a schedule when sends never block, receives
+    wait for their message (`message_s` after the send) and compute takes its seconds.
+    Raises RuntimeError on a deadlock or an unmatched message (for tests and planners)."""
+    p = len(sched)
+    pos, clock = [0] * p, [0.0] * p
+    sent: dict[tuple[int, int, int], list[float]] = {}  # (src, dst, tag) -> arrival times
+    heap = [(0.0, i) for i in range(p)]
+    blocked: dict[tuple[int, int, int], int] = {}
+    while heap:
+        _, i = heapq.heappop(heap)
+        while pos[i] < len(sched[i]):
+            a = sched[i][pos[i]]
+            if a.kind == "compute":
+                clock[i] += a.seconds
+            elif a.kind == "send":
+                key = (i, i + a.peer, a.tag)
+                sent.setdefault(key, []).append(clock[i] + message_s)
+                if key in blocked:
+                    j = blocked.pop(key)
+                    heapq.heappush(heap, (clock[j], j))
+            else:
+                key = (i + a.peer, i, a.tag)
+                if not sent.get(key):
+                    blocked[key] = i
+                    break
+                clock[i] = max(clock[i], sent[key].pop(0))
+            pos[i] += 1
+    if any(pos[i] < len(sched[i]) for i in range(p)):
+        raise RuntimeError(f"schedule deadlocks at positions {pos}")
+    if any(v for v in sent.values()):
+        raise RuntimeError("a message was sent but never received")
+    return max(clock), clock
+
+
+def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
+    """One step's 1F1B schedule on the pp axis (all pipelines at once)."""
+    seq = options.seq(model)
+    check(layout, model, seq, options.sequence_parallel)
+    p, m = layout.pp, options.micro_batches
+    act = options.micro_batch * seq // layout.cp * model.hidden * options.elem
+    if options.sequence_parallel:
+        act //= layout.tp
+    fwd = options.compute_ms / 1e3
+    bwd = fwd * options.backward_factor
+    meta = {
+        "activation_bytes": act,
+        "micro_batches": m,
+        "bubble_fraction": bubble_fraction(p, m),
+        "compute_s": m * (fwd + bwd),
+        "forward_s": fwd,
+        "backward_s": bwd,
+    }
+    if p == 1:
+        return Program(NAME, (), meta)
+    step = Step(
+        "p2p_schedule",
+        act,
+        AXIS,
+        1,
+        "forward+backward",
+        options.dtype,
+        f"1F1B p={p} m={m}",
+        schedule=schedule(p, m, act, fwd, bwd),
+        ring=False,
+    )
+    return Program(NAME, (step,), meta)

@@ -1,0 +1,50 @@
+"""Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; sequence parallel, Korthikanti et al.
+2022): per layer 2 all-reduces forward and 2 backward of b (s/c) h elements; with sequence
+parallel, forward 2 all-gathers + 2 reduce-scatters and backward 4 all-gathers (2 of them
+re-gather the input for the weight gradient) + 2 reduce-scatters, each of full size b (s/c) h.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commbench.layout import ParallelLayout
+from commbench.models import ModelShape
+from commbench.patterns.base import TrafficOptions, check
+from commbench.program import Program, Step
+
+NAME = "tp"
+AXIS = "tp"
+
+
+@dataclass(frozen=True)
+class Options(TrafficOptions):
+    """TP traffic of one step; `sequence_parallel` swaps each all-reduce for AG/RS pairs."""
+
+    sequence_parallel: bool = False
+
+
+def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
+    """The TP collectives of one step on the busiest pipeline stage (L/pp layers x m)."""
+    seq = options.seq(model)
+    check(layout, model, seq, options.sequence_parallel)
+    tokens = options.micro_batch * seq // layout.cp
+    S = tokens * model.hidden * options.elem  # b (s/c) h elements, full (un-sharded) size
+    n = model.layers // layout.pp * options.micro_batches  # layer passes per step
+    meta = {"tokens": tokens, "layers": model.layers // layout.pp, "bytes_per_op": S}
+    if layout.tp == 1:
+        return Program(NAME, (), meta)
+    dt = options.dtype
+    if not options.sequence_parallel:
+        steps = (
+            Step("allreduce", S, AXIS, 2 * n, "forward", dt, "attn/mlp row-parallel output"),
+            Step("allreduce", S, AXIS, 2 * n, "backward", dt, "attn/mlp column-parallel input"),
+        )
+    else:
+        steps = (
+            Step("allgather", S, AXIS, 2 * n, "forward", dt, "SP gather before attn/mlp"),
+            Step("reduce_scatter", S, AXIS, 2 * n, "forward", dt, "SP scatter after attn/mlp"),
+            Step("allgather", S, AXIS, 4 * n, "backward", dt, "SP grad gather + input re-gather"),
+            Step("reduce_scatter", S, AXIS, 2 * n, "backward", dt, "SP grad scatter"),
+        )
+    return Program(NAME, steps, meta)

@@ -1,0 +1,488 @@
+"""Suite files: which patterns, models, degrees and options `commbench suite NAME` runs.
+
+A suite is YAML (commbench/suites/*.yaml, or any path): `description`, `timing` defaults,
+`max_bytes`, `include` (other suites' runs) and `runs`, each with a `pattern`, `models`
+(preset names or shape mappings), `degrees` (tp/cp/pp/ep: an int, a list, `auto` = every
+divisor >= 2 of the world the model allows, `max` = the largest such, or {min, max}),
+fixed `options`, `sweep` (option: [values]) and an optional `quick` replacement. dp is
+always world / (tp cp pp), so one suite adapts to the world it runs on. Everything is
+validated before the first collective; errors name the file and field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commbench import patterns
+from commbench.errors import UsageError
+from commbench.layout import DEFAULT_ORDER, ParallelLayout
+from commbench.models import ModelShape, get_model
+from commbench.patterns.base import violations
+from commbench.program import Program
+from commbench.sizes import parse_size
+
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+DEGREE_AXES = ("tp", "cp", "pp", "ep")
+SUITE_KEYS = ("description", "timing", "max_bytes", "include", "runs", "quick")
+RUN_KEYS = ("pattern", "name", "models", "degrees", "options", "sweep", "order", "quick")
+TIMING_KEYS = {"budget": float, "iters": int, "warmup": int, "min_iters": int, "max_iters": int}
+
+
+# ---- degrees ----
+@dataclass(frozen=True)
+class DegreeSpec:
+    """How one degree is chosen: explicit values, `auto` (divisors of the world in
+    [lo, hi] the model allows) or `max` (the largest of those)."""
+
+    kind: str  # "values" | "auto" | "max"
+    values: tuple[int, ...] = ()
+    lo: int = 2
+    hi: int | None = None
+
+    @property
+    def explicit(self) -> bool:
+        return self.kind == "values"
+
+    def candidates(self, world: int) -> list[int]:
+        if self.explicit:
+            return list(self.values)
+        return [
+            d
+            for d in range(1, world + 1)
+            if world % d == 0 and d >= self.lo and (self.hi is None or d <= self.hi)
+        ]
+
+
+ONE = DegreeSpec("values", (1,))
+
+
+def parse_degree(value: Any, where: str) -> DegreeSpec:
+    """int | [int, ...] | "auto" | "max" | {min: int, max: int} (CLI: "2,4" too)."""
+    if isinstance(value, str):
+        if value in ("auto", "max"):
+            return DegreeSpec(value, lo=2 if value == "auto" else 1)
+        try:
+            value = [int(v) for v in value.split(",")]
+        except ValueError:
+            raise UsageError(
+                f"{where}: {value!r} is not a degree: give an integer, a list, auto, max or "
+                "{min: N, max: N}"
+            ) from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if isinstance(value, list):
+        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise UsageError(f"{where}: expected a non-empty list of integers, got {value!r}")
+        if any(v < 1 for v in value):
+            raise UsageError(f"{where}: degrees must be at least 1, got {value!r}")
+        return DegreeSpec("values", tuple(dict.fromkeys(value)))
+    if isinstance(value, dict):
+        unknown = set(value) - {"min", "max"}
+        if unknown:
+            raise UsageError(f"{where}.{sorted(unknown)[0]}: unknown key; use min and max")
+        for k, v in value.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise UsageError(f"{where}.{k}: expected a positive integer, got {v!r}")
+        return DegreeSpec("auto", lo=value.get("min", 2), hi=value.get("max"))
+    raise UsageError(
+        f"{where}: expected an integer, a list, auto, max or {{min: N, max: N}}, got {value!r}"
+    )
+
+
+# ---- runs and suites ----
+@dataclass(frozen=True, eq=False)
+class RunSpec:
+    """One validated `runs:` entry of a suite file."""
+
+    where: str
+    pattern: str
+    name: str
+    models: tuple[ModelShape, ...]
+    degrees: dict[str, DegreeSpec]
+    options: dict[str, Any]
+    sweep: dict[str, tuple]
+    order: tuple[str, ...]
+    timing: dict[str, Any]
+    max_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A loaded suite: its runs (included suites' runs spliced in order)."""
+
+    name: str
+    path: Path
+    description: str
+    runs: tuple[RunSpec, ...]
+    timing: dict[str, Any] = field(default_factory=dict)
+    max_bytes: int | None = None
+
+
+def suite_names() -> list[str]:
+    """The built-in suites."""
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def display(path: Path) -> str:
+    """suites/tp.yaml for built-in suites, else the path as given."""
+    try:
+        return f"suites/{path.relative_to(SUITES_DIR)}"
+    except ValueError:
+        return str(path)
+
+
+def find_suite(ref: str, base: Path | None = None) -> Path:
+    """A suite name (suites/NAME.yaml) or a path to a YAML file."""
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        path = Path(ref)
+        if not path.is_absolute() and base is not None and not path.exists():
+            path = base / ref
+        if not path.is_file():
+            raise UsageError(f"suite file {ref}: no such file")
+        return path
+    path = SUITES_DIR / f"{ref}.yaml"
+    if not path.is_file():
+        raise UsageError(
+            f"unknown suite {ref!r}: choose from {', '.join(suite_names())} or give a path "
+            "to a YAML file"
+        )
+    return path
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        raise UsageError(
+            f"{display(path)}: not valid YAML{line} ({getattr(e, 'problem', e)})"
+        ) from None
+
+
+def _mapping(value: Any, where: str, keys: tuple[str, ...]) -> dict:
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: expected a mapping, got {type(value).__name__}")
+    for k in value:
+        if k not in keys:
+            raise UsageError(f"{where}.{k}: unknown key; expected one of {', '.join(keys)}")
+    return value
+
+
+def _timing(value: Any, where: str) -> dict[str, Any]:
+    value = _mapping(value, where, tuple(TIMING_KEYS))
+    out = {}
+    for k, v in value.items():
+        want = TIMING_KEYS[k]
+        ok = isinstance(v, int | float) if want is float else isinstance(v, int)
+        if not ok or isinstance(v, bool) or v < (0 if k == "warmup" else 1e-9):
+            raise UsageError(f"{where}.{k}: expected a positive {want.__name__}, got {v!r}")
+        out[k] = want(v)
+    return out
+
+
+def _model(value: Any, where: str) -> ModelShape:
+    if isinstance(value, str):
+        return get_model(value, where)
+    return ModelShape.from_dict(value, where)
+
+
+def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None) -> RunSpec:
+    raw = dict(_mapping(raw, where, RUN_KEYS))
+    if quick and "quick" in raw:
+        q = _mapping(raw["quick"], f"{where}.quick", RUN_KEYS[1:-1])
+        for k, v in q.items():
+            if k in ("options", "sweep", "degrees") and isinstance(raw.get(k), dict):
+                raw[k] = {**raw[k], **(v or {})}
+            else:
+                raw[k] = v
+    raw.pop("quick", None)
+    if "pattern" not in raw:
+        raise UsageError(f"{where}: missing pattern ({', '.join(patterns.PATTERNS)})")
+    spec = patterns.get(raw["pattern"], f"{where}.pattern")
+    models: tuple[ModelShape, ...] = ()
+    if spec.needs_model:
+        value = raw.get("models")
+        if value is None:
+            raise UsageError(f"{where}.models: pattern {spec.name} needs a list of models")
+        if not isinstance(value, list) or not value:
+            raise UsageError(f"{where}.models: expected a non-empty list of models")
+        models = tuple(_model(m, f"{where}.models[{j}]") for j, m in enumerate(value))
+        if spec.needs_moe:
+            for j, m in enumerate(models):
+                if not m.is_moe:
+                    raise UsageError(
+                        f"{where}.models[{j}]: pattern {spec.name} needs an MoE model; "
+                        f"{m.name} has no experts"
+                    )
+    elif raw.get("models") is not None:
+        raise UsageError(f"{where}.models: pattern {spec.name} takes no models")
+    degrees = {}
+    for axis, value in _mapping(
+        raw.get("degrees") or {}, f"{where}.degrees", DEGREE_AXES + ("dp",)
+    ).items():
+        if axis == "dp":
+            raise UsageError(f"{where}.degrees.dp: dp is derived as world / (tp*cp*pp)")
+        if spec.axis is None:
+            raise UsageError(f"{where}.degrees: pattern {spec.name} takes no degrees")
+        degrees[axis] = parse_degree(value, f"{where}.degrees.{axis}")
+    options = raw.get("options") or {}
+    patterns.make_options(spec.name, options, f"{where}.options")
+    sweep = {}
+    for key, values in _mapping(
+        raw.get("sweep") or {}, f"{where}.sweep", _option_names(spec)
+    ).items():
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"{where}.sweep.{key}: expected a non-empty list of values")
+        for v in values:
+            patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
+        sweep[key] = tuple(values)
+    order = raw.get("order", "-".join(DEFAULT_ORDER))
+    if not isinstance(order, str) or sorted(order.split("-")) != sorted(DEFAULT_ORDER):
+        raise UsageError(f"{where}.order: {order!r} is not a permutation of tp-cp-ep-dp-pp")
+    name = raw.get("name", spec.name)
+    if not isinstance(name, str):
+        raise UsageError(f"{where}.name: expected a string")
+    return RunSpec(
+        where,
+        spec.name,
+        name,
+        models,
+        degrees,
+        dict(options),
+        sweep,
+        tuple(order.split("-")),
+        timing,
+        max_bytes,
+    )
+
+
+def _option_names(spec: patterns.PatternSpec) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(spec.Options))
+
+
+def load_suite(ref: str | Path, quick: bool = False, _seen: tuple = (), _base=None) -> Suite:
+    """Load and validate a suite by name or path (`quick` applies its quick sections)."""
+    path = find_suite(str(ref), _base).resolve()
+    if path in _seen:
+        raise UsageError(f"{display(path)}: includes itself (via {display(_seen[-1])})")
+    raw = _read_yaml(path)
+    where = display(path)
+    raw = dict(_mapping(raw if raw is not None else {}, where, SUITE_KEYS))
+    if quick and "quick" in raw:
+        q = _mapping(raw["quick"], f"{where}.quick", ("timing", "max_bytes", "description"))
+        for k, v in q.items():
+            raw[k] = {**(raw.get(k) or {}), **v} if k == "timing" else v
+    timing = _timing(raw.get("timing") or {}, f"{where}.timing")
+    max_bytes = None
+    if raw.get("max_bytes") is not None:
+        max_bytes = parse_size(raw["max_bytes"], f"{where}.max_bytes")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise UsageError(f"{where}.description: expected a string")
+    runs: list[RunSpec] = []
+    include = raw.get("include") or []
+    if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
+        raise UsageError(f"{where}.include: expected a list of suite names or paths")
+    for ref_i in include:
+        sub = load_suite(ref_i, quick, _seen + (path,), path.parent)
+        runs += list(sub.runs)
+    raw_runs = raw.get("runs") or []
+    if not isinstance(raw_runs, list):
+        raise UsageError(f"{where}.runs: expected a list of runs")
+    for i, r in enumerate(raw_runs):
+        runs.append(_run(r, f"{where}: runs[{i}]", quick, timing, max_bytes))
+    if not runs:
+        raise UsageError(f"{where}: no runs (give runs: or include:)")
+    return Suite(path.stem, path, description, tuple(runs), timing, max_bytes)
+
+
+# ---- overrides from the command line ----
+@dataclass(frozen=True)
+class Overrides:
+    """`--model`, `--set`, `--degree`, `--order` applied to every run they fit."""
+
+    models: tuple[ModelShape, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    degrees: dict[str, DegreeSpec] = field(default_factory=dict)
+    order: tuple[str, ...] | None = None
+
+
+def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
+    """KEY=VALUE flags, values read as YAML scalars or lists (`--set router=zipf`)."""
+    import yaml
+
+    out = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def parse_degree_flags(items: list[str] | None) -> dict[str, DegreeSpec]:
+    out = {}
+    for item in items or []:
+        axis, eq, value = item.partition("=")
+        axis = axis.strip()
+        if not eq or axis not in DEGREE_AXES:
+            raise UsageError(
+                f"--degree {item!r}: expected AXIS=VALUES with AXIS one of {', '.join(DEGREE_AXES)}"
+            )
+        out[axis] = parse_degree(value.strip(), f"--degree {axis}")
+    return out
+
+
+def apply_overrides(suite: Suite, ov: Overrides) -> Suite:
+    """The suite with command-line overrides applied (validated like the file)."""
+    used = set()
+    runs = []
+    for run in suite.runs:
+        spec = patterns.get(run.pattern)
+        names = _option_names(spec)
+        options, sweep = dict(run.options), dict(run.sweep)
+        for k, v in ov.options.items():
+            if k in names:
+                used.add(k)
+                options[k] = v
+                sweep.pop(k, None)
+        patterns.make_options(run.pattern, options, "--set")
+        models = run.models
+        if ov.models and spec.needs_model:
+            models = tuple(m for m in ov.models if m.is_moe or not spec.needs_moe)
+        degrees = dict(run.degrees)
+        if spec.axis is not None:
+            degrees.update(ov.degrees)
+        runs.append(
+            dataclasses.replace(
+                run,
+                options=options,
+                sweep=sweep,
+                models=models,
+                degrees=degrees,
+                order=ov.order or run.order,
+            )
+        )
+    unknown = set(ov.options) - used
+    if unknown:
+        raise UsageError(
+            f"--set {sorted(unknown)[0]}: no run of suite {suite.name} has this option"
+        )
+    return dataclasses.replace(suite, runs=tuple(runs))
+
+
+# ---- expansion to points ----
+@dataclass(frozen=True)
+class Point:
+    """One configuration to measure: a run's pattern on one model, layout and options."""
+
+    index: int
+    run: RunSpec
+    model: ModelShape | None
+    layout: ParallelLayout
+    options: Any
+    swept: dict[str, Any]
+    program: Program
+
+
+def _sweeps(run: RunSpec) -> list[dict[str, Any]]:
+    keys = list(run.sweep)
+    return [dict(zip(keys, vals)) for vals in itertools.product(*(run.sweep[k] for k in keys))]
+
+
+def _explicit_error(run: RunSpec, axes: list[str], message: str) -> UsageError:
+    field = ",".join(axes)
+    return UsageError(f"{run.where}.degrees.{field}: {message}")
+
+
+def _layouts(run: RunSpec, model: ModelShape | None, world: int, opts: Any) -> list[dict]:
+    """Valid degree combinations of a run for one model and option set."""
+    specs = {a: run.degrees.get(a, ONE) for a in DEGREE_AXES}
+    seq = opts.seq(model) if model is not None else 1
+    sp = bool(getattr(opts, "sequence_parallel", False)) or (run.pattern == "ep")
+    valid = []
+    for values in itertools.product(*(specs[a].candidates(world) for a in DEGREE_AXES)):
+        d = dict(zip(DEGREE_AXES, values))
+        explicit = [a for a in DEGREE_AXES if specs[a].explicit and a in run.degrees]
+        fixed = all(specs[a].explicit for a in DEGREE_AXES)
+        prod = d["tp"] * d["cp"] * d["pp"]
+        if world % prod:
+            exp_prod = 1
+            for a in ("tp", "cp", "pp"):
+                if specs[a].explicit:
+                    exp_prod *= d[a]
+            if world % exp_prod or fixed:
+                raise _explicit_error(
+                    run,
+                    [a for a in ("tp", "cp", "pp") if a in explicit] or ["tp"],
+                    f"tp*cp*pp = {d['tp']}*{d['cp']}*{d['pp']} = {prod} does not divide the "
+                    f"world size {world}",
+                )
+            continue
+        dp = world // prod
+        if (d["cp"] * dp) % d["ep"]:
+            if fixed:
+                raise _explicit_error(
+                    run,
+                    ["ep"],
+                    f"ep={d['ep']} does not divide cp*dp = {d['cp'] * dp} on a world of {world}",
+                )
+            continue
+        if model is not None:
+            layout = ParallelLayout(world, tp=d["tp"], cp=d["cp"], ep=d["ep"], pp=d["pp"])
+            bad = [(a, msg) for a, msg in violations(layout, model, seq, sp)]
+            hard = [(a, msg) for a, msg in bad if specs[a].explicit]
+            if hard and (fixed or all(specs[a].explicit for a, _ in bad)):
+                a, msg = hard[0]
+                raise _explicit_error(run, [a], msg)
+            if bad:
+                continue
+        valid.append(d)
+    for axis in DEGREE_AXES:
+        if specs[axis].kind != "max":
+            continue
+        best: dict[tuple, int] = {}
+        for d in valid:
+            rest = tuple(d[a] for a in DEGREE_AXES if a != axis)
+            best[rest] = max(best.get(rest, 0), d[axis])
+        valid = [d for d in valid if d[axis] == best[tuple(d[a] for a in DEGREE_AXES if a != axis)]]
+    return valid
+
+
+def expand(suite: Suite, world: int, nodes: tuple[int, ...] = ()) -> list[Point]:
+    """Every point of the suite on `world` ranks, with its Program built (pure; identical on
+    every rank). Points without traffic (e.g. dp = 1 for a dp run) are left out."""
+    points: list[Point] = []
+    for run in suite.runs:
+        for model in run.models or (None,):
+            for swept in _sweeps(run):
+                opts = patterns.make_options(run.pattern, {**run.options, **swept}, run.where)
+                for d in _layouts(run, model, world, opts):
+                    layout = ParallelLayout(world, order=run.order, nodes=nodes, **d)
+                    try:
+                        program = patterns.build(run.pattern, layout, model, opts)
+                    except UsageError as e:
+                        raise UsageError(f"{run.where}: {layout.label()}: {e}") from None
+                    if not program.steps:
+                        continue
+                    points.append(Point(len(points) + 1, run, model, layout, opts, swept, program))
+    if not points:
+        raise UsageError(
+            f"suite {suite.name}: no configuration with traffic fits a world of {world} "
+            f"rank(s) (most patterns need at least 2)"
+        )
+    return points

@@ -1,0 +1,426 @@
+"""Suite files (loading, validation, adapting to the world), the execution plan (chunking,
+dtype substitution, dedup), and `commbench suite` / `commbench list` end to end, including
+real mpirun jobs on the mpi and gloo backends."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from commbench import patterns
+from commbench.errors import UsageError
+from commbench.execution import fit_budget, plan
+from commbench.layout import ParallelLayout
+from commbench.models import get_model
+from commbench.program import Step
+from commbench.results import MEASURED_FIELDS, read_run
+from commbench.suitefile import (
+    Overrides,
+    apply_overrides,
+    expand,
+    load_suite,
+    parse_degree,
+    suite_names,
+)
+
+from conftest import REPO, job_env, needs_torch, run_mpi, run_single
+
+BUILT_IN = ["all", "collectives", "cp", "dp", "ep", "pp", "smoke", "tp", "zero"]
+
+
+def write(tmp_path, text: str, name="s.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+# ---- loading and adapting ----
+def test_built_in_suites_exist_and_the_top_level_link():
+    assert suite_names() == BUILT_IN
+    assert (REPO / "suites").resolve() == (REPO / "commbench" / "suites").resolve()
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize("quick", [False, True])
+def test_built_in_suites_adapt_to_the_world(name, quick):
+    suite = load_suite(name, quick)
+    counts = {}
+    for world in (2, 4, 6, 8, 16, 32):
+        try:
+            points = expand(suite, world)
+        except UsageError as e:
+            assert "no configuration" in str(e)
+            continue
+        counts[world] = len(points)
+        for pt in points:
+            lay = pt.layout
+            assert lay.tp * lay.cp * lay.dp * lay.pp == world
+            assert pt.program.steps
+            if pt.model is not None:
+                assert not patterns.violations(lay, pt.model, pt.options.seq(pt.model), False)
+    assert counts.get(8, 0) >= 1 and counts.get(16, 0) >= 1
+
+
+def test_tp_suite_sweeps_divisors_the_model_allows():
+    points = expand(load_suite("tp"), 16)
+    by_model = {}
+    for pt in points:
+        by_model.setdefault(pt.model.name, set()).add(pt.layout.tp)
+    assert by_model == {"llama-7b": {2, 4, 8, 16}, "llama-13b": {2, 4, 8}, "llama-70b": {2, 4, 8}}
+    assert {pt.options.sequence_parallel for pt in points} == {False, True}
+    quick = expand(load_suite("tp", quick=True), 16)
+    assert {pt.model.name for pt in quick} == {"llama-7b"} and len(quick) < len(points)
+
+
+def test_all_is_every_strategy_suite():
+    runs = load_suite("all").runs
+    assert [r.pattern for r in runs] == [
+        "tp",
+        "dp",
+        "dp",
+        "zero",
+        "pp",
+        "pp",
+        "cp",
+        "ep",
+        "ep",
+        "collectives",
+    ]
+
+
+def test_degree_specs():
+    assert parse_degree(4, "d").candidates(16) == [4]
+    assert parse_degree("auto", "d").candidates(12) == [2, 3, 4, 6, 12]
+    assert parse_degree({"min": 1, "max": 4}, "d").candidates(16) == [1, 2, 4]
+    assert parse_degree("2,4", "d").values == (2, 4)
+    with pytest.raises(UsageError, match="d: expected a non-empty list of integers"):
+        parse_degree([2, "x"], "d")
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            "runs: [{pattern: tp, models: [llama-7b], colour: red}]",
+            r"runs\[0\].colour: unknown key",
+        ),
+        (
+            "runs: [{pattern: tensor, models: [llama-7b]}]",
+            r"runs\[0\].pattern: unknown pattern 'tensor'",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-9b]}]",
+            r"runs\[0\].models\[0\]: unknown model 'llama-9b'",
+        ),
+        ("runs: [{pattern: tp}]", r"runs\[0\].models: pattern tp needs a list of models"),
+        ("runs: [{pattern: tp, models: llama-7b}]", r"runs\[0\].models: expected a non-empty list"),
+        (
+            "runs: [{pattern: ep, models: [llama-7b]}]",
+            r"runs\[0\].models\[0\]: pattern ep needs an MoE model",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], options: {sequence_parallel: 1}}]",
+            r"runs\[0\].options.sequence_parallel: expected bool",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], options: {seqlen: 1}}]",
+            r"runs\[0\].options.seqlen: unknown option",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], sweep: {sequence_parallel: true}}]",
+            r"runs\[0\].sweep.sequence_parallel: expected a non-empty list",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], degrees: {dp: 2}}]",
+            r"runs\[0\].degrees.dp: dp is derived",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], degrees: {tp: two}}]",
+            r"runs\[0\].degrees.tp: 'two' is not a degree",
+        ),
+        (
+            "runs: [{pattern: collectives, models: [llama-7b]}]",
+            r"runs\[0\].models: pattern collectives takes no models",
+        ),
+        (
+            "runs: [{pattern: tp, models: [{name: x, layers: 2}]}]",
+            r"runs\[0\].models\[0\]: missing hidden",
+        ),
+        ("timing: {budget: fast}\nruns: []", r"timing.budget: expected a positive float"),
+        (
+            "runs: [{pattern: tp, models: [llama-7b]}]\nmax_bytes: lots",
+            r"max_bytes 'lots' does not parse",
+        ),
+        ("runs: {pattern: tp}", r"runs: expected a list of runs"),
+        ("include: [nosuch]", r"unknown suite 'nosuch'"),
+        ("runs: [{pattern: tp, models: [llama-7b]]", r"not valid YAML at line 1"),
+        ("[1, 2]", r"s.yaml: expected a mapping"),
+        ("description: nothing", r"no runs"),
+    ],
+)
+def test_suite_file_errors_name_the_field(tmp_path, text, message):
+    with pytest.raises(UsageError, match=message):
+        load_suite(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    "degrees,world,message",
+    [
+        ("{tp: 3}", 8, r"degrees.tp: tp\*cp\*pp = 3\*1\*1 = 3 does not divide the world size 8"),
+        ("{tp: 16}", 16, r"degrees.tp: tp=16 does not divide the 8 KV heads of llama-70b"),
+        ("{pp: 3}", 6, r"degrees.pp: pp=3 does not divide the 80 layers of llama-70b"),
+        ("{cp: 3}", 6, r"degrees.cp: cp=3 does not divide the sequence length 4096"),
+    ],
+)
+def test_degrees_that_do_not_fit(tmp_path, degrees, world, message):
+    path = write(tmp_path, f"runs: [{{pattern: tp, models: [llama-70b], degrees: {degrees}}}]")
+    with pytest.raises(UsageError, match=message):
+        expand(load_suite(path), world)
+
+
+def test_experts_by_ep_and_quick_sections(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        timing: {budget: 0.5}
+        quick: {timing: {budget: 0.01}, max_bytes: 1M}
+        runs:
+          - pattern: ep
+            models: [{preset: mixtral-8x7b, name: mx6, experts: 6}]
+            degrees: {ep: 4}
+            quick: {degrees: {ep: 2}, options: {seq_len: 128}}
+        """,
+    )
+    with pytest.raises(UsageError, match=r"degrees.ep: ep=4 does not divide the 6 experts"):
+        expand(load_suite(path), 8)
+    quick = load_suite(path, quick=True)
+    assert quick.runs[0].timing == {"budget": 0.01} and quick.runs[0].max_bytes == 1 << 20
+    (pt,) = expand(quick, 8)
+    assert pt.layout.ep == 2 and pt.options.seq_len == 128
+
+
+def test_overrides(tmp_path):
+    suite = load_suite("smoke")
+    ov = Overrides(options={"micro_batches": 2})
+    smoke = expand(apply_overrides(suite, ov), 8)
+    assert {pt.options.micro_batches for pt in smoke} == {2}
+    with pytest.raises(UsageError, match="--set colour: no run of suite smoke"):
+        apply_overrides(suite, Overrides(options={"colour": 1}))
+    with pytest.raises(UsageError, match="--set"):
+        apply_overrides(suite, Overrides(options={"router": "random"}))
+    tp = load_suite("tp")
+    pts = expand(
+        apply_overrides(
+            tp,
+            Overrides(models=(get_model("llama-70b"),), degrees={"tp": parse_degree("max", "d")}),
+        ),
+        16,
+    )
+    assert [(p.model.name, p.layout.tp) for p in pts] == [("llama-70b", 8)] * 2
+
+
+# ---- execution plan ----
+def test_plan_measures_identical_steps_once():
+    lay = ParallelLayout(8, tp=8)
+    prog = patterns.build("tp", lay, get_model("llama-7b"), {"sequence_parallel": True})
+    pl = plan(prog, lay, "gloo", None)
+    assert [m.indices for m in pl] == [(0, 2), (1, 3)]
+    assert pl[0].repeat == prog.steps[0].repeat + prog.steps[2].repeat
+    assert all(m.scale == 1 and not m.extrapolated for m in pl)
+    # MPI has no bf16 reduction: the reduce-scatter moves the same bytes as float32
+    pl = plan(prog, lay, "mpi", None)
+    assert pl[1].step.dtype == "float32" and pl[1].step.nbytes == prog.steps[1].nbytes
+    assert pl[0].step.dtype == "bfloat16"
+
+
+def test_max_bytes_measures_a_chunk_and_scales():
+    MiB = 1 << 20
+    step = Step("allreduce", 32 * MiB, "tp", 64)
+    small, scale, chunks, extrap = fit_budget(step, 4, 16 * MiB)
+    assert extrap and chunks == 4 and small.nbytes == 8 * MiB and scale == 4
+    ag = Step("allgather", 30 * MiB, "dp", 1)
+    small, scale, chunks, extrap = fit_budget(ag, 3, 8 * MiB)
+    assert small.nbytes * scale == pytest.approx(30 * MiB) and small.nbytes % (3 * 2) == 0
+    assert fit_budget(step, 4, 64 * MiB) == (step, 1.0, 1, False)
+    # all-to-all-v: every entry shrinks; the scale restores the total
+    lay = ParallelLayout(8, ep=8)
+    prog = patterns.build("ep", lay, get_model("mixtral-8x7b"), {"router": "zipf"})
+    (m0, m1) = plan(prog, lay, "mpi", 4 * MiB)
+    total = sum(map(sum, prog.steps[0].split))
+    assert m0.extrapolated and sum(map(sum, m0.step.split)) * m0.scale == pytest.approx(total)
+    # pipeline schedules keep every byte: messages split into pieces, compute untouched
+    lay = ParallelLayout(4, pp=4)
+    prog = patterns.build("pp", lay, get_model("llama-7b"), {"micro_batches": 2, "compute_ms": 1})
+    (m,) = plan(prog, lay, "mpi", 8 * MiB)
+    assert not m.extrapolated and m.scale == 1 and m.chunks == 8
+    orig = prog.steps[0].schedule
+    for before, after in zip(orig, m.step.schedule):
+        for kind in ("send", "recv"):
+            assert sum(a.nbytes for a in after if a.kind == kind) == sum(
+                a.nbytes for a in before if a.kind == kind
+            )
+        assert [a for a in after if a.kind == "compute"] == [
+            a for a in before if a.kind == "compute"
+        ]
+    from commbench.patterns.pp import simulate
+
+    simulate(m.step.schedule)  # still deadlock-free, every piece matched
+
+
+# ---- the commands ----
+def test_dry_run_without_mpirun():
+    job = run_single(
+        "suite", "tp", "--dry-run", "--world", "16", "--ranks-per-node", "8", "--quick"
+    )
+    assert job.returncode == 0, job.output
+    out = job.stdout
+    assert "world 16 (2 host(s))" in out and "## point 1: tp llama-7b tp2-cp1-dp8-pp1" in out
+    assert "allreduce" in out and "intra" in out and "16 MiB" in out
+    job = run_single("suite", "ep", "--dry-run", "--world", "8", "--quick")
+    assert job.returncode == 0 and "split (bytes src->dst)" in job.stdout
+
+
+def test_list_command():
+    job = run_single("list")
+    assert job.returncode == 0, job.output
+    for word in [
+        "llama-70b",
+        "mixtral-8x7b",
+        "46.70B",
+        "512KiB",
+        "smoke",
+        "zero",
+        "reduce_scatter",
+        "router",
+    ]:
+        assert word in job.stdout, word
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["nosuch", "--dry-run"], "unknown suite 'nosuch'"),
+        (
+            ["tp", "--dry-run", "--world", "8", "--degree", "tp=3"],
+            "degrees.tp: tp*cp*pp = 3*1*1 = 3",
+        ),
+        (["tp", "--dry-run", "--model", "llama-9b"], "unknown model 'llama-9b'"),
+        (["tp", "--dry-run", "--set", "colour=red"], "--set colour"),
+        (["tp"], "no configuration with traffic fits a world of 1"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args, message):
+    job = run_single("suite", *args)
+    assert job.returncode == 2, job.output
+    assert message in job.stderr and "Traceback" not in job.output
+
+
+@pytest.mark.mpi
+def test_bad_suite_under_mpirun_exits_2_on_every_rank(tmp_path):
+    path = write(tmp_path, "runs: [{pattern: tp, models: [llama-70b], degrees: {tp: 16}}]")
+    job = run_mpi(4, "suite", path, "--results", str(tmp_path), timeout=60)
+    assert job.returncode == 2, job.output
+    assert job.stderr.count("does not divide the world size 4") == 1  # rank 0 only
+
+
+def check_records(run_dir, backend, world):
+    run = read_run(run_dir)
+    assert run.status == "complete"
+    steps = [r for r in run.records if r["kind"] == "step"]
+    points = [r for r in run.records if r["kind"] == "point"]
+    assert steps and points
+    for r in steps:
+        for f in MEASURED_FIELDS + ("pattern", "axis", "config", "extrapolated", "program_steps"):
+            assert f in r, f
+        assert r["wrong"] == 0 and r["backend"] == backend and r["world_size"] == world
+    for r in points:
+        assert r["wrong"] == 0 and r["time_us"] > 0
+        layout, model, options, prog = patterns.rebuild(r)
+        assert len(prog.steps) == r["steps_total"] == len(r["steps"])
+        assert layout.world == world and options.to_dict() == r["options"]
+        assert r["time_us"] == pytest.approx(sum(s["total_us"] for s in r["steps"]))
+        for s, st in zip(r["steps"], prog.steps):
+            assert (s["op"], s["axis"], s["repeat"]) == (st.op, st.axis, st.repeat)
+    return run, steps, points
+
+
+@pytest.mark.mpi
+def test_smoke_suite_mpi(tmp_path):
+    job = run_mpi(
+        8, "suite", "smoke", "--backend", "mpi", "--results", str(tmp_path), "--run-id", "s"
+    )
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of" in job.stdout and "bubble measured" in job.stdout
+    run, steps, points = check_records(tmp_path / "s", "mpi", 8)
+    assert {p["pattern"] for p in points} == set(patterns.PATTERNS)
+    ep_pts = [p for p in points if p["pattern"] == "ep"]
+    assert all("imbalance" in p["meta"] for p in ep_pts)
+
+
+@pytest.mark.mpi
+@needs_torch
+def test_smoke_suite_gloo(tmp_path):
+    job = run_mpi(
+        8,
+        "suite",
+        "smoke",
+        "--backend",
+        "gloo",
+        "--results",
+        str(tmp_path),
+        "--run-id",
+        "g",
+        timeout=240,
+    )
+    assert job.returncode == 0, job.output
+    run, steps, points = check_records(tmp_path / "g", "gloo", 8)
+    assert {p["pattern"] for p in points} == set(patterns.PATTERNS)
+    assert any(s["op"] == "reduce_scatter" and s["dtype"] == "bfloat16" for s in steps)
+
+
+@pytest.mark.mpi
+def test_all_quick_mpi_with_extrapolation(tmp_path):
+    """Every strategy suite (via `all`) end to end; a small --max-bytes exercises chunking."""
+    job = run_mpi(
+        8, "suite", "all", "--quick", "--backend", "mpi", "--iters", "1", "--warmup", "0",
+        "--max-bytes", "2M", "--results", str(tmp_path), "--run-id", "a", timeout=240,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    run, steps, points = check_records(tmp_path / "a", "mpi", 8)
+    assert {p["suite"] for p in points} == {"all"}
+    assert {p["pattern"] for p in points} == set(patterns.PATTERNS)
+    big = [s for s in steps if s["extrapolated"]]
+    assert big and all(
+        s["bytes"] * s["scale"] == pytest.approx(s["program_bytes"], rel=0.01)
+        for s in big
+        if s["op"] != "alltoallv"
+    )
+    assert all(s["bytes"] * 2 <= 2 << 20 for s in steps if s["op"] in ("allreduce", "sendrecv"))
+
+
+@pytest.mark.mpi
+def test_mpi_path_never_imports_torch(tmp_path):
+    code = (
+        "import runpy, sys; sys.argv = ['commbench'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('commbench', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "bad = [m for m in ('torch', 'pandas', 'scipy', 'matplotlib', 'seaborn') if m in sys.modules]\n"
+        "print('HEAVY', bad, flush=True)\n"
+    )
+    from conftest import mpirun_path
+
+    cmd = [mpirun_path(), "-n", "2", "--oversubscribe", sys.executable, "-c", code, "suite", "smoke",
+           "--backend", "mpi", "--results", str(tmp_path), "--iters", "1"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=job_env(), cwd=REPO)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("HEAVY []") == 2, p.stdout
+
+
+def test_point_record_json_roundtrip(tmp_path):
+    """Point records are plain JSON (no numpy scalars) so validate can rebuild them."""
+    pts = expand(load_suite("smoke"), 8)
+    for pt in pts:
+        json.dumps(pt.program.meta)
+        json.dumps(pt.options.to_dict())
