@@ -185,15 +185,20 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
 
 
-def _pick(cands: list[SeriesModel], attr: str, wanted: str | None, order: tuple) -> list:
-    """Keep the candidates with attr == wanted, or else the most preferred value present."""
-    if wanted is not None:
-        return [c for c in cands if getattr(c.key, attr) == wanted]
-    values = sorted(
-        {getattr(c.key, attr) for c in cands},
-        key=lambda v: (order.index(v) if v in order else len(order), v),
+def _rank(value: str, order: tuple) -> tuple:
+    return (order.index(value) if value in order else len(order), value)
+
+
+def _prefer(cands: list[SeriesModel]) -> list[SeriesModel]:
+    """Candidates sorted best first: per-iteration before pipelined timing, out-of-place
+    before in-place placement, then by name (so the choice is deterministic)."""
+    return sorted(
+        cands,
+        key=lambda s: (
+            _rank(s.key.timing, TIMING_PREFERENCE),
+            _rank(s.key.placement, PLACEMENT_PREFERENCE),
+        ),
     )
-    return [c for c in cands if values and getattr(c.key, attr) == values[0]]
 
 
 class Calibration:
@@ -329,8 +334,10 @@ class Calibration:
         on_link = [s for s in on_link if s.key.backend == backend] if backend else on_link
         if op == "alltoallv" and any(s.key.op == op for s in on_link):
             on_link = [s for s in on_link if s.key.op == op]
-        on_link = _pick(on_link, "timing", timing, TIMING_PREFERENCE)
-        on_link = _pick(on_link, "placement", placement, PLACEMENT_PREFERENCE)
+        if timing is not None:
+            on_link = [s for s in on_link if s.key.timing == timing]
+        if placement is not None:
+            on_link = [s for s in on_link if s.key.placement == placement]
         same_p = [s for s in on_link if s.key.group_size == group_size]
         if dtype is None:
             dtypes = sorted({s.key.dtype for s in same_p})
@@ -339,7 +346,7 @@ class Calibration:
                     f"{want}: {self.source} has it in several dtypes ({', '.join(dtypes)}): "
                     "pass dtype="
                 )
-        exact = [s for s in same_p if dtype is None or s.key.dtype == dtype]
+        exact = _prefer([s for s in same_p if dtype is None or s.key.dtype == dtype])
         if exact:
             s = exact[0]
             if s.covers(nbytes):
@@ -392,11 +399,10 @@ class Calibration:
 
     def _extrapolate(self, op, nbytes, p, link_class, dtype, backend, on_link, want) -> Prediction:
         kind = self.kind
-        same_p = [s for s in on_link if s.key.group_size == p]
+        same_p = _prefer([s for s in on_link if s.key.group_size == p])
         if same_p:  # (2) another dtype, same element size first
             size = DTYPE_SIZES.get(dtype or "", 0)
-            same_p.sort(key=lambda s: (DTYPE_SIZES.get(s.key.dtype, -1) != size, s.key.dtype))
-            s = same_p[0]
+            s = min(same_p, key=lambda s: DTYPE_SIZES.get(s.key.dtype, -1) != size)
             where = "" if s.covers(nbytes) else ", nearest segment"
             return Prediction(
                 s.at(nbytes),
@@ -410,7 +416,7 @@ class Calibration:
                 f"{want}: no algorithm model prices {op}, so it cannot be extrapolated"
             )
         if on_link:  # (3) scale the nearest measured group size by the link model
-            pref = [s for s in on_link if dtype is None or s.key.dtype == dtype] or on_link
+            pref = _prefer([s for s in on_link if dtype is None or s.key.dtype == dtype] or on_link)
             q = min(
                 {s.key.group_size for s in pref},
                 key=lambda g: (abs(math.log2(g) - math.log2(p)), -g),
