@@ -1,10 +1,13 @@
 """From run directories to fit series: which records are used, which are left out and why.
 
 A series is (backend, op, link class, group size, dtype, timing mode, placement). Records of
-kind `collective` (commbench run, commbench import) must carry what the fitter needs; suite
-records (`step`, `point`) are used when they carry op/bytes/group_size/link_class/time_us for a
-primitive op and are not `extrapolated`, otherwise counted as ignored. Points with wrong > 0
-or a non-positive time are left out and counted per series. Reads records only.
+kind `collective` (commbench run, commbench import) must carry what the fitter needs. Suite
+records are used when they carry op/bytes/group_size/link_class/time_us for a primitive op:
+a `step` record's bytes and time_us are the op the runner really measured (its `scale` and
+`extrapolated` fields concern the Program step it stands for, not the measurement), so steps
+are fitted like collectives; `point` records (op "program": a whole training step) and p2p
+schedules are counted as ignored. Points with wrong > 0 or a non-positive time are left out
+and counted per series. Reads records only.
 """
 
 from __future__ import annotations
@@ -123,17 +126,15 @@ def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
     kind = rec.get("kind")
     if kind not in USED_KINDS:
         return None, f"kind {kind!r} (not a measured op)"
-    if rec.get("extrapolated"):
-        return None, f"{kind} records marked extrapolated (not measured)"
     if kind == "collective":
         missing = [k for k in FIT_FIELDS if k not in rec]
         if missing:
             raise UsageError(f"{where}: record lacks {', '.join(missing)} (needed to fit)")
-    elif not rec.get("link_class") or rec.get("op") in (None, "", "p2p_schedule"):
-        return None, f"{kind} records without a primitive op and link_class"
-    op = canonical_op(rec["op"])
+    op = canonical_op(rec.get("op") or "")
     if op not in OPS or op == "p2p_schedule":
-        return None, f"op {rec['op']!r} (not a primitive collective)"
+        return None, f"{kind} records of op {rec.get('op')!r} (not a primitive collective)"
+    if not rec.get("link_class"):
+        return None, f"{kind} records without link_class"
     key = SeriesKey(
         backend=str(rec["backend"]),
         op=op,

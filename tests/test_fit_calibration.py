@@ -72,7 +72,7 @@ def test_document_layout_and_provenance(cal):
     # the short allgather p=2 series: 5 rows, 1 with wrong > 0 left out and counted
     ag2 = [s for s in doc["series"] if s["op"] == "allgather" and s["group_size"] == 2]
     assert ag2 and ag2[0]["excluded_wrong"] == 1 and ag2[0]["points"] == 4
-    assert doc["ignored"] == {"point records without a primitive op and link_class": 1}
+    assert doc["ignored"] == {"point records of op None (not a primitive collective)": 1}
     seg = doc["series"][0]["segments"][0]
     for k in ("r2_log", "median_rel_err", "max_rel_err", "loso_median_rel_err", "alpha_ci95"):
         assert k in seg

@@ -63,7 +63,7 @@ def test_empty_and_missing_runs(tmp_path, capsys):
 def test_no_usable_records(tmp_path, capsys):
     recs = [{**r, "kind": "point", "op": None} for r in collective_records("allreduce", 4, 1e-5, 0)]
     rc, _, err = fit(capsys, write_run(tmp_path, "pts", recs))
-    assert rc == 2 and "no usable records" in err and "20 x point records" in err
+    assert rc == 2 and "no usable records" in err and "20 x point records of op None" in err
 
 
 def test_too_short_series_is_reported_not_guessed(tmp_path, capsys):
@@ -139,3 +139,27 @@ def test_real_mpirun_sweep_is_fitted_and_tracked(tmp_path):
     assert np.mean(np.array(errs) < 1.0) >= 0.75, sorted(errs)
     assert np.median(errs) == pytest.approx(cal.doc["series"][0]["median_rel_err"], rel=1e-6)
     assert cal.doc["provenance"]["runs"][0]["backend"] == "mpi"
+
+
+def test_suite_records_steps_used_points_ignored(tmp_path, capsys):
+    """Suite runs write `step` records (the measured op: bytes and time_us as the runner
+    measured them, plus scale/extrapolated for the Program step) and `point` records (a whole
+    training step, op "program"): steps are fitted, points and p2p schedules ignored."""
+    steps = [
+        {**r, "kind": "step", "suite": "tp", "scale": 4.0, "extrapolated": True, "repeat": 2}
+        for r in collective_records("allreduce", 8, 2e-5, 1e-10)
+    ]
+    points = [
+        {**steps[0], "kind": "point", "op": "program", "link_class": None},
+        {**steps[0], "kind": "step", "op": "p2p_schedule"},
+    ]
+    run = write_run(tmp_path, "suite", steps + points)
+    rc, out, err = fit(capsys, run, "-o", tmp_path / "c.json")
+    assert rc == 0, err
+    assert "20 of 22 records used" in out
+    assert "ignored 1 record(s): point records of op 'program' (not a primitive" in out
+    assert "ignored 1 record(s): step records of op 'p2p_schedule' (not a primitive" in out
+    cal = calibration.load(tmp_path / "c.json")
+    assert cal.predict("allreduce", 1 << 20, 8, "intra") == pytest.approx(
+        2e-5 + (1 << 20) * 1e-10, rel=1e-6
+    )

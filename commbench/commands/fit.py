@@ -8,9 +8,10 @@ time = alpha + beta x bytes by relative-error least squares, segments found by t
 median/max relative error, leave-one-size-out error and bootstrap 95% intervals. Then a link
 table per (backend, link class, timing): alpha and bus bandwidth under the ring, tree,
 rabenseifner and pairwise models (Thakur, Rabenseifner & Gropp 2005), best model marked.
-Records with wrong > 0 are left out and counted; partial runs are accepted and said so;
-records that are not measured primitive ops (suite points without op/link_class,
-extrapolated steps) are ignored and counted.
+Records with wrong > 0 are left out and counted; partial runs are accepted and said so.
+Suite `step` records are fitted like `commbench run` records (their bytes and time_us are the
+op the runner measured); suite `point` records (a whole training step, op "program") and
+pipeline schedules are not primitive ops: they are ignored and counted.
 """
 
 from __future__ import annotations
