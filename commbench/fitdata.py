@@ -29,6 +29,8 @@ DEFAULT_PLACEMENT = "out-of-place"
 USED_KINDS = ("collective", "step", "point")
 # fields a `collective` record must carry for the fitter, beyond results.REQUIRED_FIELDS
 FIT_FIELDS = ("link_class", "wrong", "timing")
+# the record fields a series key is made of (with kind, which decides whether it is used)
+_RAW_KEY = ("kind", "op", "backend", "link_class", "group_size", "dtype", "timing", "placement")
 
 
 @dataclass(frozen=True, order=True)
@@ -193,35 +195,59 @@ def run_provenance(run: Run, used: int) -> dict:
 
 
 def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
-    """Group the usable records of `runs` into series; count what is left out."""
+    """Group the usable records of `runs` into series; count what is left out.
+
+    The series key of a record is worked out once per distinct combination of its key fields
+    (a cache), so 100k records cost little more than reading them."""
     series: dict[SeriesKey, SeriesData] = {}
     ignored: Counter = Counter()
     provenance = []
     for run, lines in runs:
         used = 0
         path = run.path / RECORDS
+        cache: dict[tuple, tuple[SeriesKey | None, str]] = {}
+
+        def where(idx: int) -> str:
+            return f"{path}:{lines[idx] if idx < len(lines) else idx + 1}"  # noqa: B023
+
         for idx, rec in enumerate(run.records):
-            where = f"{path}:{lines[idx] if idx < len(lines) else idx + 1}"
-            key, why = _classify(rec, where)
+            kind = rec.get("kind")
+            if kind == "collective" and not all(k in rec for k in FIT_FIELDS):
+                _classify(rec, where(idx))  # raises, naming the missing fields
+            raw = tuple(rec.get(k) for k in _RAW_KEY)
+            try:
+                key, why = cache[raw]
+            except KeyError:
+                key, why = cache[raw] = _classify(rec, where(idx))
+            except TypeError:  # an unhashable field value: classify without the cache
+                key, why = _classify(rec, where(idx))
             if key is None:
                 ignored[why] += 1
                 continue
-            nbytes = _int_field(rec, "bytes", where, 0)
+            nbytes = rec["bytes"]
+            if type(nbytes) is not int or nbytes < 0:
+                nbytes = _int_field(rec, "bytes", where(idx), 0)
             t_us = rec["time_us"]
-            if isinstance(t_us, bool) or not isinstance(t_us, (int, float, type(None))):
-                raise UsageError(f"{where}: field time_us must be a number, got {t_us!r}")
-            data = series.setdefault(key, SeriesData(key))
+            if type(t_us) is not float and (
+                isinstance(t_us, bool) or not isinstance(t_us, (int, float, type(None)))
+            ):
+                raise UsageError(f"{where(idx)}: field time_us must be a number, got {t_us!r}")
+            data = series.get(key)
+            if data is None:
+                data = series[key] = SeriesData(key)
             wrong = rec.get("wrong") or 0
-            if not isinstance(wrong, (int, float)) or isinstance(wrong, bool):
-                raise UsageError(f"{where}: field wrong must be a count, got {wrong!r}")
+            if type(wrong) is not int and (
+                isinstance(wrong, bool) or not isinstance(wrong, (int, float))
+            ):
+                raise UsageError(f"{where(idx)}: field wrong must be a count, got {wrong!r}")
             if wrong > 0:
                 data.excluded_wrong += 1
                 continue
-            if t_us is None or not math.isfinite(t_us) or t_us <= 0:
+            if t_us is None or not t_us > 0 or t_us == math.inf:
                 data.excluded_time += 1
                 continue
             data.x.append(float(nbytes))
-            data.t.append(float(t_us) * 1e-6)
+            data.t.append(t_us * 1e-6)
             data.runs.add(str(rec.get("run_id") or run.path.name))
             used += 1
         provenance.append(run_provenance(run, used))
