@@ -97,7 +97,7 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--budget", type=float, default=0.05, help="seconds per point")
     ap.add_argument("--factor", type=float, default=2.0, help="size step factor")
-    ap.add_argument("--penalty", default="1", help="comma-separated BIC penalty multipliers")
+    ap.add_argument("--penalty", default="2", help="comma-separated BIC penalty multipliers")
     ap.add_argument("--bootstrap", type=int, default=0, help="bootstrap resamples (speed)")
     args = ap.parse_args()
     runs = [Path(r) for r in args.runs]

@@ -190,11 +190,11 @@ def _prepare(x: np.ndarray, t: np.ndarray) -> tuple[_Prepared, np.ndarray]:
     return _Prepared(xs, ts, starts, xs[starts[:-1]], x_scale, t_scale), order
 
 
-def _cost_matrix(prep: _Prepared, w: np.ndarray, min_sizes: int):
+def _cost_matrix(prep: _Prepared, w: np.ndarray, min_sizes: int, trusted: float = TRUSTED):
     """C[i, j] = weighted relative RSS of one line over sizes i..j-1 (inf where not allowed),
     plus the line's (a, b) for each (i, j)."""
     per_size = np.add.reduceat(_point_stats(prep, w), prep.starts[:-1], axis=1)
-    live = np.add.reduceat(w, prep.starts[:-1])[None, :] >= TRUSTED * np.diff(prep.starts)
+    live = np.add.reduceat(w, prep.starts[:-1])[None, :] >= trusted * np.diff(prep.starts)
     cums = np.zeros((7, prep.m + 1))
     np.cumsum(np.concatenate((per_size, live)), axis=1, out=cums[:, 1:])
     diff = cums[:, None, :] - cums[:, :, None]  # [k, i, j] = sum over sizes i..j-1
@@ -218,9 +218,13 @@ def _walk_back(backs: list[np.ndarray], k: int, m: int) -> list[int]:
 def _dp(prep: _Prepared, w: np.ndarray, opts: FitOptions):
     """Least weighted RSS of every K = 1..kmax by dynamic programming over the sizes.
 
-    Returns (rss per K, back-pointers, the line (a, b) of every candidate segment)."""
+    Returns (rss per K, back-pointers, the line (a, b) of every candidate segment). When the
+    robust weights leave fewer than min_sizes trusted sizes in the whole series, every size
+    counts (a short series with an outlier still gets its one line)."""
     m = prep.m
     C, A, B = _cost_matrix(prep, w, opts.min_sizes)
+    if not np.isfinite(C[0, m]):
+        C, A, B = _cost_matrix(prep, w, opts.min_sizes, trusted=0.0)
     kmax = max(1, min(opts.max_segments, m // opts.min_sizes))
     E = C[0].copy()  # best RSS of sizes 0..j-1 in k segments
     backs, rss = [], [float(E[m])]
@@ -240,13 +244,21 @@ def _partition(prep: _Prepared, dp, k: int):
     return bounds, [(float(A[i, j]), float(B[i, j])) for i, j in zip(bounds[:-1], bounds[1:])]
 
 
+def _flexible_k(rss: list[float], n: int) -> int:
+    """The most segments the noise scale is measured with: as many as the DP allows while
+    keeping at least half the points as residual degrees of freedom (a partition with nearly
+    as many parameters as points fits the noise too and makes it look small)."""
+    ks = [k for k, r in enumerate(rss, 1) if np.isfinite(r) and 3 * k - 1 <= n / 2]
+    return ks[-1] if ks else 1
+
+
 def _choose_k(prep: _Prepared, dp, opts: FitOptions) -> tuple[int, list[float]]:
     """K minimising a robust BIC over the DP's best partition of each K (Machado 1993):
     2 sum rho(r / s) + penalty (3K - 1) log n, rho Huber's loss, r the relative residuals,
-    s the robust scale of the most flexible partition (dof-corrected 1.4826 MAD, floored at
-    noise_floor), 3K - 1 parameters = 2 per line + K - 1 breakpoints. Timing noise is
-    heavy-tailed: with a plain RSS a few slow iterations decide the number of segments.
-    Fewer segments win ties."""
+    s the robust scale of the most flexible partition that keeps half the points as degrees
+    of freedom (dof-corrected 1.4826 MAD, floored at noise_floor), 3K - 1 parameters = 2 per
+    line + K - 1 breakpoints. Timing noise is heavy-tailed: with a plain RSS a few slow
+    iterations decide the number of segments. Fewer segments win ties."""
     rss = dp[0]
     ks = [k for k, r in enumerate(rss, 1) if np.isfinite(r)]
     n = prep.t.size
@@ -254,7 +266,7 @@ def _choose_k(prep: _Prepared, dp, opts: FitOptions) -> tuple[int, list[float]]:
     for k in ks:
         bounds, lines = _partition(prep, dp, k)
         resid[k] = 1.0 - _predict_points(prep, bounds, lines) / prep.t
-    kflex = ks[-1]
+    kflex = _flexible_k(rss, n)
     dof = max(n - (3 * kflex - 1), 1)
     s = max(1.4826 * _median(np.abs(resid[kflex])) * np.sqrt(n / dof), opts.noise_floor)
     c = opts.huber_k
@@ -304,8 +316,7 @@ def fit_series(x, t, opts: FitOptions | None = None) -> SeriesFitResult:
         # the number of segments about to be chosen (an outlier cannot pass for structure)
         for kind in ("huber", "tukey"):
             dp = _dp(prep, w, opts)
-            kflex = max(k for k, r in enumerate(dp[0], 1) if np.isfinite(r))
-            bounds, lines = _partition(prep, dp, kflex)
+            bounds, lines = _partition(prep, dp, _flexible_k(dp[0], prep.t.size))
             w = _robust_weights(1.0 - _predict_points(prep, bounds, lines) / prep.t, kind, opts)
     dp = _dp(prep, w, opts)
     k, bics = _choose_k(prep, dp, opts)

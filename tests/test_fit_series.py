@@ -182,3 +182,14 @@ def test_predict_segments_inside_gap_and_outside():
     # outside: the nearest segment's line
     assert predict_segments(segs, 1) == pytest.approx(1e-5 + 1e-9)
     assert predict_segments(segs, 1 << 20) == pytest.approx(5e-5 + (1 << 20) * 1e-10)
+
+
+def test_three_sizes_with_an_outlier_still_fit():
+    """The shortest series (3 sizes) where one point is 10x off: one line, the outlier
+    counted, no crash."""
+    x = np.array([1024.0, 2048.0, 4096.0, 1024.0, 2048.0, 4096.0])
+    t = ONE[0] + ONE[1] * x
+    t[4] *= 10
+    res = fit_series(x, t, FitOptions(bootstrap=20))
+    assert len(res.segments) == 1 and res.segments[0].outliers == 1
+    assert res.segments[0].beta_s_per_byte == pytest.approx(ONE[1], rel=1e-6)
