@@ -196,6 +196,7 @@ class LinkModel:
     alpha_s: float
     beta_s_per_byte: float
     group_sizes: tuple[int, ...]
+    note: str | None = None
 
     def time(self, op: str, p: int, nbytes: float) -> float:
         return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
@@ -261,6 +262,7 @@ class Calibration:
                     m["alpha_s"],
                     m["beta_s_per_byte"],
                     tuple(e.get("group_sizes", ())),
+                    e.get("note"),
                 )
             )
 
@@ -463,6 +465,7 @@ class Calibration:
                         s.key,
                         link.best_model,
                         kind=kind,
+                        notes=[link.note] if link.note else [],
                     )
         link = self._link(backend, link_class)
         if link is None:  # (5)
@@ -478,4 +481,5 @@ class Calibration:
             None,
             link.best_model,
             kind=kind,
+            notes=[link.note] if link.note else [],
         )

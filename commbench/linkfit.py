@@ -176,6 +176,11 @@ def fit_link_table(
                 "one (op, group size) only: the models cannot be told apart, so scaling to "
                 "other group sizes rests on the default model"
             )
+        elif len(set(ps.tolist())) == 1:
+            note = (
+                f"one group size ({int(ps[0])}) only: the model is chosen by how ops compare, "
+                "not by how time grows with the group; measure two group sizes to check it"
+            )
         entries.append(
             LinkEntry(
                 backend=backend,
