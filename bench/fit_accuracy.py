@@ -1,0 +1,141 @@
+"""Accuracy of the fitter on real sweeps: leave-one-size-out relative error.
+
+    python bench/fit_accuracy.py --make            # sweep 5 ops on 4 mpi ranks, then score it
+    python bench/fit_accuracy.py results/RUN ...   # score existing runs
+    python bench/fit_accuracy.py --make --penalty 1,2,3
+
+For every series and every distinct message size: drop all points of that size, refit the
+whole series (segmentation included), predict the dropped size, and take |pred - t| / t.
+Reported: per series and overall medians, over all sizes and over interior sizes only (the
+smallest and largest size are extrapolations when left out), next to the in-sample error and
+the calibration's own LOSO (segmentation held fixed). The measuring sweep uses
+`commbench run OP -b 8 -e 4M` for allreduce, allgather, reduce_scatter, alltoall and sendrecv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from commbench.calibrate import fit_collected  # noqa: E402
+from commbench.fit import FitOptions, fit_series, predict_segments  # noqa: E402
+from commbench.fitdata import collect, read_fit_runs  # noqa: E402
+
+OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "sendrecv")
+
+
+def make_runs(root: Path, ranks: int, budget: float, factor: float) -> list[Path]:
+    """Measure the sweep on this machine (real mpirun, mpi backend)."""
+    mpirun = Path(sys.executable).parent / "mpirun"
+    env = dict(
+        os.environ,
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        PYTHONPATH=str(REPO),
+    )
+    runs = []
+    for op in OPS:
+        run_id = f"acc-{op}-{time.strftime('%H%M%S')}"
+        cmd = [
+            str(mpirun) if mpirun.exists() else "mpirun",
+            "-n",
+            str(ranks),
+            "--oversubscribe",
+            sys.executable,
+            "-m",
+            "commbench",
+            "run",
+            op,
+            "-b",
+            "8",
+            "-e",
+            "4M",
+            "-f",
+            str(factor),
+            "--budget",
+            str(budget),
+            "--backend",
+            "mpi",
+            "--results",
+            str(root),
+            "--run-id",
+            run_id,
+        ]
+        subprocess.run(cmd, check=True, timeout=600, env=env, stdout=subprocess.DEVNULL)
+        runs.append(root / run_id)
+    return runs
+
+
+def loso(x: np.ndarray, t: np.ndarray, opts: FitOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct size: median |pred - t| / t with that size left out of the whole fit."""
+    sizes = np.unique(x)
+    errs = np.full(len(sizes), np.nan)
+    for i, s in enumerate(sizes):
+        keep = x != s
+        if len(np.unique(x[keep])) < opts.min_sizes:
+            continue
+        res = fit_series(x[keep], t[keep], opts)
+        pred = predict_segments(res.segments, float(s))
+        errs[i] = float(np.median(np.abs(pred - t[~keep]) / t[~keep]))
+    return sizes, errs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="*", help="run directories (default: make a sweep)")
+    ap.add_argument("--make", action="store_true", help="measure a sweep first")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--budget", type=float, default=0.05, help="seconds per point")
+    ap.add_argument("--factor", type=float, default=2.0, help="size step factor")
+    ap.add_argument("--penalty", default="2", help="comma-separated BIC penalty multipliers")
+    ap.add_argument("--bootstrap", type=int, default=0, help="bootstrap resamples (speed)")
+    args = ap.parse_args()
+    runs = [Path(r) for r in args.runs]
+    if args.make or not runs:
+        root = Path(tempfile.mkdtemp(prefix="commbench-acc-"))
+        t0 = time.perf_counter()
+        runs = make_runs(root, args.ranks, args.budget, args.factor)
+        print(f"# measured {len(runs)} runs in {time.perf_counter() - t0:.0f} s under {root}")
+    collected = collect(read_fit_runs(runs))
+    for pen in [float(p) for p in args.penalty.split(",")]:
+        opts = FitOptions(penalty=pen, bootstrap=args.bootstrap)
+        outcomes, skipped = fit_collected(collected, opts)
+        print(f"\n# penalty {pen:g}: leave-one-size-out |pred - t| / t (whole fit redone per size)")
+        print(
+            f"# {'series':<44s} {'segs':>4s} {'in-sample':>9s} {'fixed-seg':>9s} "
+            f"{'loso all':>9s} {'interior':>9s}"
+        )
+        all_e, interior_e = [], []
+        for o in outcomes:
+            x, t = o.data.arrays()
+            sizes, errs = loso(x, t, opts)
+            inner = errs[1:-1]
+            all_e += errs[np.isfinite(errs)].tolist()
+            interior_e += inner[np.isfinite(inner)].tolist()
+            print(
+                f"  {o.data.key.label():<44s} {len(o.fit.segments):4d} "
+                f"{np.median(o.fit.rel_err):9.1%} {o.row['loso_median_rel_err'] or 0:9.1%} "
+                f"{np.nanmedian(errs):9.1%} {np.nanmedian(inner):9.1%}"
+            )
+        print(
+            f"# overall median: loso all sizes {np.median(all_e):.1%} ({len(all_e)} sizes), "
+            f"interior sizes {np.median(interior_e):.1%}; 90th percentile "
+            f"{np.percentile(all_e, 90):.1%}"
+        )
+        for s in skipped:
+            print(f"# not fitted: {s['op']} p={s['group_size']}: {s['reason']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Records -> calibration document: fit every series, derive the link table, state provenance.
+
+The glue between fitdata (which records, which series), fit (segments and diagnostics),
+linkfit (the joint link table) and calibration (the schema the result must pass).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from commbench import __version__
+from commbench.calibration import SCHEMA_VERSION
+from commbench.fit import FitOptions, SeriesFitResult, fit_series
+from commbench.fitdata import Collected, SeriesData, SeriesKey
+from commbench.linkfit import LinkEntry, fit_link_table
+from commbench.program import bus_factor
+
+
+@dataclass
+class SeriesOutcome:
+    """A fitted series: its data, its fit and the JSON row written for it."""
+
+    data: SeriesData
+    fit: SeriesFitResult
+    row: dict
+
+
+def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
+    key = data.key
+    segs = [s.as_dict() for s in res.segments]
+    factor = bus_factor(key.op, key.group_size)
+    for s, seg in zip(segs, res.segments):
+        bw = seg.bandwidth_GBps
+        s["algbw_GBps"] = bw
+        s["busbw_GBps"] = bw * factor if bw is not None else None
+    loso = res.loso_rel_err[np.isfinite(res.loso_rel_err)]
+    return {
+        **key.as_dict(),
+        "bytes_min": int(x.min()),
+        "bytes_max": int(x.max()),
+        "points": int(len(x)),
+        "sizes": int(len(np.unique(x))),
+        "outliers": res.outliers,
+        "excluded_wrong": data.excluded_wrong,
+        "excluded_time": data.excluded_time,
+        "median_rel_err": float(np.median(res.rel_err)),
+        "loso_median_rel_err": float(np.median(loso)) if loso.size else None,
+        "runs": sorted(data.runs),
+        "segments": segs,
+    }
+
+
+def fit_collected(
+    collected: Collected, opts: FitOptions | None = None
+) -> tuple[list[SeriesOutcome], list[dict]]:
+    """Fit every series with enough distinct sizes; report the others with the reason."""
+    opts = opts or FitOptions()
+    outcomes, skipped = [], []
+    for key in sorted(collected.series):
+        data = collected.series[key]
+        x, t = data.arrays()
+        left_out = data.excluded_wrong + data.excluded_time
+        if data.distinct_sizes < opts.min_sizes:
+            why = (
+                f"{data.distinct_sizes} distinct size(s) with usable points, need {opts.min_sizes}"
+            )
+            if left_out:
+                why += (
+                    f" ({data.excluded_wrong} point(s) with wrong > 0 and "
+                    f"{data.excluded_time} with no positive time left out)"
+                )
+            skipped.append(
+                {
+                    **key.as_dict(),
+                    "points": len(x),
+                    "excluded_wrong": data.excluded_wrong,
+                    "excluded_time": data.excluded_time,
+                    "reason": why,
+                }
+            )
+            continue
+        res = fit_series(x, t, opts)
+        outcomes.append(SeriesOutcome(data, res, _series_row(data, res, x)))
+    return outcomes, skipped
+
+
+def link_points(outcomes: list[SeriesOutcome]) -> list[tuple[SeriesKey, np.ndarray, ...]]:
+    """(key, bytes, seconds, weights) of every fitted series, for the link table."""
+    out = []
+    for o in outcomes:
+        x, t = o.data.arrays()
+        out.append((o.data.key, x, t, o.fit.weights))
+    return out
+
+
+def build_doc(
+    collected: Collected,
+    outcomes: list[SeriesOutcome],
+    skipped: list[dict],
+    links: list[LinkEntry],
+    link_skipped: list[dict],
+    opts: FitOptions,
+) -> dict:
+    """The measured calibration document of fits already made (not yet validated)."""
+    notes = []
+    partial = collected.partial_runs
+    if partial:
+        notes.append(f"partial runs (status not complete): {', '.join(partial)}")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "measured",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "generator": f"commbench {__version__} fit",
+        "provenance": {"runs": collected.runs, "partial_runs": partial},
+        "fit_options": opts.as_dict(),
+        "series": [o.row for o in outcomes],
+        "skipped": skipped,
+        "ignored": dict(sorted(collected.ignored.items())),
+        "link_table": [e.as_dict() for e in links],
+        "link_skipped": link_skipped,
+        "notes": notes,
+    }
+
+
+def build(
+    collected: Collected, opts: FitOptions | None = None
+) -> tuple[dict, list[SeriesOutcome], list[LinkEntry]]:
+    """Fit everything in `collected`: the calibration document, the fits and the link table."""
+    opts = opts or FitOptions()
+    outcomes, skipped = fit_collected(collected, opts)
+    links, link_skipped = fit_link_table(link_points(outcomes), opts)
+    return build_doc(collected, outcomes, skipped, links, link_skipped, opts), outcomes, links

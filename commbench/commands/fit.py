@@ -1,0 +1,236 @@
+"""Fit alpha-beta link models to runs and write a calibration JSON planners can call.
+
+    commbench fit results/RUN [RUN...] -o calibration.json
+
+Per series (backend, op, link class, group size, dtype, timing, placement): piecewise
+time = alpha + beta x bytes by relative-error least squares, segments found by the data
+(exact segmentation, BIC), outliers down-weighted (Huber, Tukey), with R^2 on log-time,
+median/max relative error, leave-one-size-out error and bootstrap 95% intervals. Then a link
+table per (backend, link class, timing): alpha and bus bandwidth under the ring, tree,
+rabenseifner and pairwise models (Thakur, Rabenseifner & Gropp 2005), best model marked.
+Records with wrong > 0 are left out and counted; partial runs are accepted and said so.
+Suite `step` records are fitted like `commbench run` records (their bytes and time_us are the
+op the runner measured); suite `point` records (a whole training step, op "program") and
+pipeline schedules are not primitive ops: they are ignored and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from commbench.commands.common import positive_int
+
+HELP = "fit alpha-beta models to runs and write a calibration JSON"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories to fit")
+    p.add_argument(
+        "-o", "--output", default=None, help="write the calibration JSON here (validated)"
+    )
+    g = p.add_argument_group("fit options")
+    g.add_argument(
+        "--max-segments",
+        type=positive_int,
+        default=5,
+        help="most segments per series (default: %(default)s)",
+    )
+    g.add_argument(
+        "--min-sizes",
+        type=positive_int,
+        default=3,
+        help="distinct sizes a segment and a series need (default: %(default)s; >= 3)",
+    )
+    g.add_argument(
+        "--penalty",
+        type=float,
+        default=2.0,
+        help="multiplier of the BIC parameter penalty; higher = fewer segments "
+        "(default: %(default)s)",
+    )
+    g.add_argument(
+        "--bootstrap",
+        type=int,
+        default=200,
+        help="bootstrap resamples for the 95%% intervals, 0 = none (default: %(default)s)",
+    )
+    g.add_argument("--no-robust", dest="robust", action="store_false", help="plain WLS fit")
+    g.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary lines")
+
+
+def _fmt(v, spec: str, scale: float = 1.0) -> str:
+    return "-" if v is None else format(v * scale, spec)
+
+
+def print_report(doc: dict, outcomes, links, quiet: bool = False) -> None:
+    """The series table, skipped series and the link table, nccl-tests style."""
+    from commbench.console import Column, Table
+    from commbench.sizes import format_size
+
+    runs = doc["provenance"]["runs"]
+    used = sum(r["records_used"] for r in runs)
+    total = sum(r["records"] for r in runs)
+    print(f"# commbench fit: {len(runs)} run(s), {used} of {total} records used")
+    for r in runs:
+        state = "complete" if not r["partial"] else f"PARTIAL ({r['status']})"
+        hosts = ",".join(r.get("hosts", []) or []) or "?"
+        tool = f", imported from {r['source']['tool']}" if r.get("source") else ""
+        print(
+            f"#   {r['run_id']}: {state}, {r['records_used']}/{r['records']} records, "
+            f"backend {r.get('backend', '?')}, world {r.get('world_size', '?')} on {hosts}{tool}"
+        )
+    for why, n in doc["ignored"].items():
+        print(f"#   ignored {n} record(s): {why}")
+    wrong = sum(s["excluded_wrong"] for s in doc["series"]) + sum(
+        s["excluded_wrong"] for s in doc["skipped"]
+    )
+    notime = sum(s["excluded_time"] for s in doc["series"]) + sum(
+        s["excluded_time"] for s in doc["skipped"]
+    )
+    if wrong or notime:
+        print(f"#   left out {wrong} point(s) with wrong > 0, {notime} with no positive time")
+    if not quiet:
+        print("#")
+        print(
+            "# series fits: time = alpha + beta*bytes per segment; bw = 1/beta (GB/s = 1e9 B/s); "
+            "err = |pred-t|/t (median, max of kept points); loso = leave-one-size-out median"
+        )
+        t = Table(
+            [
+                Column("op", "", 14),
+                Column("p", "", 4),
+                Column("link", "", 5),
+                Column("dtype", "", 8),
+                Column("backend", "", 7),
+                Column("timing", "", 13),
+                Column("seg", "", 3),
+                Column("bytes", "(range)", 19),
+                Column("alpha", "(us)", 9),
+                Column("alpha95", "(us)", 17),
+                Column("algbw", "(GB/s)", 8),
+                Column("busbw", "(GB/s)", 8),
+                Column("R2", "log", 6),
+                Column("err", "med", 6),
+                Column("err", "max", 6),
+                Column("loso", "med", 6),
+                Column("pts", "", 4),
+                Column("out", "", 4),
+            ]
+        )
+        for o in outcomes:
+            row = o.row
+            for k, s in enumerate(row["segments"]):
+                ci = s["alpha_ci95"]
+                t.row(
+                    row["op"] + ("" if row["placement"] == "out-of-place" else "(in)"),
+                    row["group_size"],
+                    row["link_class"],
+                    row["dtype"],
+                    row["backend"],
+                    row["timing"],
+                    k + 1,
+                    f"{format_size(s['bytes_min'])}..{format_size(s['bytes_max'])}",
+                    _fmt(s["alpha_s"], ".2f", 1e6),
+                    f"{ci[0] * 1e6:.2f}..{ci[1] * 1e6:.2f}" if ci else "-",
+                    _fmt(s["algbw_GBps"], ".3g"),
+                    _fmt(s["busbw_GBps"], ".3g"),
+                    _fmt(s["r2_log"], ".3f"),
+                    _fmt(s["median_rel_err"], ".1%"),
+                    _fmt(s["max_rel_err"], ".1%"),
+                    _fmt(s["loso_median_rel_err"], ".1%"),
+                    s["points"],
+                    s["outliers"],
+                )
+    for s in doc["skipped"]:
+        print(
+            f"# not fitted: {s['op']} p={s['group_size']} {s['link_class']} {s['dtype']} "
+            f"{s['backend']} {s['timing']}: {s['reason']}"
+        )
+    if links and not quiet:
+        print("#")
+        print(
+            "# link table: one (alpha, beta) per link, jointly over ops and group sizes; "
+            "time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005); busbw = 1/beta"
+        )
+        t = Table(
+            [
+                Column("backend", "", 8),
+                Column("link", "", 5),
+                Column("timing", "", 13),
+                Column("model", "", 12),
+                Column("alpha", "(us)", 9),
+                Column("busbw", "(GB/s)", 9),
+                Column("err", "med", 6),
+                Column("err", "max", 7),
+                Column("R2", "log", 6),
+                Column("pts", "", 5),
+                Column("best", "", 4),
+            ]
+        )
+        for e in links:
+            for name, m in e.models.items():
+                mark = "*" if name == e.best_model else ("=" if name in e.ties else "")
+                t.row(
+                    e.backend,
+                    e.link_class,
+                    e.timing,
+                    name,
+                    _fmt(m.alpha_s, ".2f", 1e6),
+                    _fmt(m.busbw_GBps, ".3g"),
+                    _fmt(m.median_rel_err, ".1%"),
+                    _fmt(m.max_rel_err, ".1%"),
+                    _fmt(m.r2_log, ".3f"),
+                    m.points,
+                    mark,
+                )
+        print(
+            "# best: * (= ties within 1%; the first of ring, tree, rabenseifner, pairwise wins a tie); group sizes and ops per link:"
+        )
+        for e in links:
+            print(
+                f"#   {e.backend}/{e.link_class}/{e.timing}: p = {e.group_sizes}, ops = "
+                f"{', '.join(e.ops)}" + (f" ({e.note})" if e.note else "")
+            )
+    for s in doc["link_skipped"]:
+        print(f"# no link model for {s['backend']}/{s['link_class']}/{s['timing']}: {s['reason']}")
+    for n in doc["notes"]:
+        print(f"# note: {n}")
+
+
+def main(args: argparse.Namespace) -> int:
+    from commbench import calibrate, calibration
+    from commbench.errors import UsageError
+    from commbench.fit import FitOptions
+    from commbench.fitdata import collect, read_fit_runs
+
+    if args.min_sizes < 3:
+        raise UsageError("--min-sizes must be at least 3 (a line through 2 sizes has no check)")
+    if args.bootstrap < 0:
+        raise UsageError("--bootstrap must be 0 or more")
+    if not args.penalty > 0:
+        raise UsageError("--penalty must be positive")
+    opts = FitOptions(
+        min_sizes=args.min_sizes,
+        max_segments=args.max_segments,
+        penalty=args.penalty,
+        robust=args.robust,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+    )
+    collected = collect(read_fit_runs(args.runs))
+    if not collected.series:
+        why = "; ".join(f"{n} x {w}" for w, n in collected.ignored.items()) or "none"
+        raise UsageError(
+            f"no usable records in {', '.join(args.runs)} (ignored: {why}): nothing to fit"
+        )
+    doc, outcomes, links = calibrate.build(collected, opts)
+    print_report(doc, outcomes, links, args.quiet)
+    if not outcomes:
+        raise UsageError("no series could be fitted (see 'not fitted' above)")
+    if args.output:
+        path = calibration.save(doc, args.output)
+        print(f"calibration: {path} ({len(doc['series'])} series, {len(links)} link(s))")
+    else:
+        print("# (not written: pass -o FILE to save the calibration)")
+    return 0

@@ -1,0 +1,117 @@
+"""Turn existing nccl-tests, OSU or IMB logs into a commbench run, so `commbench fit` can use them.
+
+    commbench import nccl-tests all_reduce_perf.log all_gather_perf.log --run-id dgx-nccl
+    commbench import osu osu_allreduce.txt --group-size 16 --link-class inter
+    commbench import imb IMB-MPI1.out --link-class intra
+
+Records get the fields `commbench run` writes (kind "collective"), with S converted to the
+nccl-tests convention, plus `source` (tool, file, line, the tool's own columns) and
+`placement`. Op, group size, dtype and link class come from the log where it says them and
+from the flags where it does not; a flag that contradicts the log is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from commbench.commands.common import DEFAULT_RESULTS, positive_int
+from commbench.formats import IMPORTERS
+
+HELP = "import nccl-tests / OSU / IMB logs as a commbench run"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tool", choices=list(IMPORTERS), help="which tool wrote the logs")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="log files (the tool's stdout)")
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="directory that receives <run-id>/records.jsonl (default: %(default)s)",
+    )
+    p.add_argument("--run-id", default=None, help="name the run directory")
+    g = p.add_argument_group("what the log does not say")
+    g.add_argument("--op", default=None, help="the op (when the log does not name its binary)")
+    g.add_argument("--group-size", type=positive_int, default=None, help="ranks per group")
+    g.add_argument("--dtype", default=None, help="element type")
+    g.add_argument(
+        "--backend",
+        default=None,
+        help="backend label (default: nccl for nccl-tests, mpi for OSU and IMB)",
+    )
+    g.add_argument("--link-class", default=None, help="intra (one host) or inter (several)")
+
+
+def main(args: argparse.Namespace) -> int:
+    import re
+
+    from commbench import __version__
+    from commbench.errors import UsageError
+    from commbench.formats.common import Hints
+    from commbench.results import RunWriter
+
+    if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
+        raise UsageError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' and '-'")
+    hints = Hints(args.op, args.group_size, args.dtype, args.backend, args.link_class)
+    parser = importlib.import_module(IMPORTERS[args.tool])
+    parsed = []
+    for log in args.logs:
+        path = Path(log)
+        if not path.is_file():
+            raise UsageError(f"{path}: no such log file")
+        parsed.append((path, parser.parse(path, hints)))
+    records = [r for _, imp in parsed for r in imp.records]
+    if not records:
+        raise UsageError(f"no rows found in {', '.join(args.logs)}")
+    hosts = list(dict.fromkeys(h for _, imp in parsed for h in imp.meta.get("hosts", [])))
+    env: dict = {}
+    for _, imp in parsed:
+        env.update(imp.meta.get("env", {}))
+    nccl = [imp.meta["nccl_version"] for _, imp in parsed if imp.meta.get("nccl_version")]
+    libraries = {"nccl": nccl[0]} if nccl else {}
+    meta = {
+        "command": shlex.join(["commbench", *sys.argv[1:]]),
+        "subcommand": "import",
+        "start_time": time.time(),
+        "start_time_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commbench_version": __version__,
+        "backend": records[0]["backend"],
+        "world_size": max((r["world_size"] or 0) for r in records) or None,
+        "hosts": hosts,
+        "num_hosts": len(hosts) or None,
+        "libraries": libraries,
+        "env": env,
+        "timing": records[0]["timing"],
+        "source": {
+            "tool": args.tool,
+            "files": [str(p) for p, _ in parsed],
+            "logs": [{"file": str(p), **imp.meta} for p, imp in parsed],
+        },
+    }
+    writer = RunWriter.create(args.results, "import", meta, args.run_id)
+    try:
+        for r in records:
+            writer.write(r)
+    except BaseException:
+        writer.finish("failed", "import interrupted")
+        raise
+    writer.finish("complete")
+    for _, imp in parsed:
+        for note in imp.notes:
+            print(f"# note: {note}")
+    ops = sorted({r["op"] for r in records})
+    groups = sorted({r["group_size"] for r in records})
+    links = sorted({r["link_class"] for r in records})
+    placements = sorted({r["placement"] for r in records})
+    print(
+        f"# imported {len(records)} records from {len(parsed)} {args.tool} log(s): "
+        f"ops {', '.join(ops)}; group sizes {groups}; links {', '.join(links)}; "
+        f"placements {', '.join(placements)}"
+    )
+    print(f"results: {writer.path}")
+    return 0

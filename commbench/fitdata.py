@@ -1,0 +1,254 @@
+"""From run directories to fit series: which records are used, which are left out and why.
+
+A series is (backend, op, link class, group size, dtype, timing mode, placement). Records of
+kind `collective` (commbench run, commbench import) must carry what the fitter needs. Suite
+records are used when they carry op/bytes/group_size/link_class/time_us for a primitive op:
+a `step` record's bytes and time_us are the op the runner really measured (its `scale` and
+`extrapolated` fields concern the Program step it stands for, not the measurement), so steps
+are fitted like collectives; `point` records (op "program": a whole training step) and p2p
+schedules are counted as ignored. Points with wrong > 0 or a non-positive time are left out
+and counted per series. Reads records only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from commbench.errors import UsageError
+from commbench.program import DTYPE_ALIASES, DTYPE_SIZES, OP_ALIASES, OPS
+from commbench.results import RECORDS, Run, read_run
+
+KEY_FIELDS = ("backend", "op", "link_class", "group_size", "dtype", "timing", "placement")
+DEFAULT_TIMING = "per-iteration"
+DEFAULT_PLACEMENT = "out-of-place"
+USED_KINDS = ("collective", "step", "point")
+# fields a `collective` record must carry for the fitter, beyond results.REQUIRED_FIELDS
+FIT_FIELDS = ("link_class", "wrong", "timing")
+# the record fields a series key is made of (with kind, which decides whether it is used)
+_RAW_KEY = ("kind", "op", "backend", "link_class", "group_size", "dtype", "timing", "placement")
+
+
+@dataclass(frozen=True, order=True)
+class SeriesKey:
+    """What one fitted line-set describes."""
+
+    backend: str
+    op: str
+    link_class: str
+    group_size: int
+    dtype: str
+    timing: str = DEFAULT_TIMING
+    placement: str = DEFAULT_PLACEMENT
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in KEY_FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SeriesKey:
+        return cls(**{k: d[k] for k in KEY_FIELDS if k in d})
+
+    def label(self) -> str:
+        extra = "" if self.placement == DEFAULT_PLACEMENT else f" {self.placement}"
+        return (
+            f"{self.op} p={self.group_size} {self.link_class} {self.dtype} {self.backend} "
+            f"{self.timing}{extra}"
+        )
+
+
+@dataclass
+class SeriesData:
+    """The usable points of one series and what was left out of it."""
+
+    key: SeriesKey
+    x: list[float] = field(default_factory=list)
+    t: list[float] = field(default_factory=list)
+    excluded_wrong: int = 0
+    excluded_time: int = 0
+    runs: set[str] = field(default_factory=set)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.x, dtype=float), np.asarray(self.t, dtype=float)
+
+    @property
+    def distinct_sizes(self) -> int:
+        return len(set(self.x))
+
+
+@dataclass
+class Collected:
+    """Everything the fitter takes from the runs."""
+
+    series: dict[SeriesKey, SeriesData]
+    ignored: Counter
+    runs: list[dict]
+
+    @property
+    def partial_runs(self) -> list[str]:
+        return [r["run_id"] for r in self.runs if r["partial"]]
+
+
+def canonical_op(name: str) -> str:
+    """Records' op names, with the aliases program.py knows."""
+    key = str(name).lower()
+    return OP_ALIASES.get(key, key)
+
+
+def canonical_dtype_name(name: str) -> str:
+    """`bf16` -> `bfloat16`; names commbench does not run (int8 from an import) kept as is."""
+    key = str(name).lower()
+    key = DTYPE_ALIASES.get(key, key)
+    return key if key in DTYPE_SIZES else str(name).lower()
+
+
+def _line_numbers(path: Path) -> list[int]:
+    """Line number of each record (results.iter_records skips blank lines)."""
+    try:
+        with open(path) as f:
+            return [i for i, line in enumerate(f, 1) if line.strip()]
+    except OSError:
+        return []
+
+
+def _int_field(rec: dict, name: str, where: str, minimum: int) -> int:
+    v = rec.get(name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < minimum:
+        raise UsageError(
+            f"{where}: field {name} must be an integer >= {minimum}, got {v!r}"
+        ) from None
+    return int(v)
+
+
+def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
+    """The record's series key, or None and why it is not used. Malformed records raise."""
+    kind = rec.get("kind")
+    if kind not in USED_KINDS:
+        return None, f"kind {kind!r} (not a measured op)"
+    if kind == "collective":
+        missing = [k for k in FIT_FIELDS if k not in rec]
+        if missing:
+            raise UsageError(f"{where}: record lacks {', '.join(missing)} (needed to fit)")
+    op = canonical_op(rec.get("op") or "")
+    if op not in OPS or op == "p2p_schedule":
+        return None, f"{kind} records of op {rec.get('op')!r} (not a primitive collective)"
+    if not rec.get("link_class"):
+        return None, f"{kind} records without link_class"
+    key = SeriesKey(
+        backend=str(rec["backend"]),
+        op=op,
+        link_class=str(rec["link_class"]),
+        group_size=_int_field(rec, "group_size", where, 1),
+        dtype=canonical_dtype_name(rec["dtype"]),
+        timing=str(rec.get("timing") or DEFAULT_TIMING),
+        placement=str(rec.get("placement") or DEFAULT_PLACEMENT),
+    )
+    return key, ""
+
+
+def read_fit_runs(paths: list[str | Path]) -> list[tuple[Run, list[int]]]:
+    """Load run directories (results.read_run), refusing an empty one, with line numbers."""
+    if not paths:
+        raise UsageError("give at least one run directory to fit")
+    out = []
+    for p in paths:
+        run = read_run(p)
+        if not run.records:
+            raise UsageError(f"{run.path}: empty run (no records in {RECORDS})")
+        out.append((run, _line_numbers(run.path / RECORDS)))
+    return out
+
+
+def run_provenance(run: Run, used: int) -> dict:
+    """What a calibration says about one input run, from its meta.json."""
+    m = run.meta
+    prov = {
+        "run_id": str(m.get("run_id") or run.path.name),
+        "path": str(run.path),
+        "status": run.status,
+        "partial": run.partial,
+        "records": len(run.records),
+        "records_used": used,
+    }
+    for k in (
+        "command",
+        "subcommand",
+        "backend",
+        "hosts",
+        "num_hosts",
+        "world_size",
+        "ranks_per_node",
+        "libraries",
+        "env",
+        "git_revision",
+        "commbench_version",
+        "start_time_iso",
+        "timing",
+        "source",
+    ):
+        if m.get(k) is not None:
+            prov[k] = m[k]
+    return prov
+
+
+def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
+    """Group the usable records of `runs` into series; count what is left out.
+
+    The series key of a record is worked out once per distinct combination of its key fields
+    (a cache), so 100k records cost little more than reading them."""
+    series: dict[SeriesKey, SeriesData] = {}
+    ignored: Counter = Counter()
+    provenance = []
+    for run, lines in runs:
+        used = 0
+        path = run.path / RECORDS
+        cache: dict[tuple, tuple[SeriesKey | None, str]] = {}
+
+        def where(idx: int) -> str:
+            return f"{path}:{lines[idx] if idx < len(lines) else idx + 1}"  # noqa: B023
+
+        for idx, rec in enumerate(run.records):
+            kind = rec.get("kind")
+            if kind == "collective" and not all(k in rec for k in FIT_FIELDS):
+                _classify(rec, where(idx))  # raises, naming the missing fields
+            raw = tuple(rec.get(k) for k in _RAW_KEY)
+            try:
+                key, why = cache[raw]
+            except KeyError:
+                key, why = cache[raw] = _classify(rec, where(idx))
+            except TypeError:  # an unhashable field value: classify without the cache
+                key, why = _classify(rec, where(idx))
+            if key is None:
+                ignored[why] += 1
+                continue
+            nbytes = rec["bytes"]
+            if type(nbytes) is not int or nbytes < 0:
+                nbytes = _int_field(rec, "bytes", where(idx), 0)
+            t_us = rec["time_us"]
+            if type(t_us) is not float and (
+                isinstance(t_us, bool) or not isinstance(t_us, (int, float, type(None)))
+            ):
+                raise UsageError(f"{where(idx)}: field time_us must be a number, got {t_us!r}")
+            data = series.get(key)
+            if data is None:
+                data = series[key] = SeriesData(key)
+            wrong = rec.get("wrong") or 0
+            if type(wrong) is not int and (
+                isinstance(wrong, bool) or not isinstance(wrong, (int, float))
+            ):
+                raise UsageError(f"{where(idx)}: field wrong must be a count, got {wrong!r}")
+            if wrong > 0:
+                data.excluded_wrong += 1
+                continue
+            if t_us is None or not t_us > 0 or t_us == math.inf:
+                data.excluded_time += 1
+                continue
+            data.x.append(float(nbytes))
+            data.t.append(t_us * 1e-6)
+            data.runs.add(str(rec.get("run_id") or run.path.name))
+            used += 1
+        provenance.append(run_provenance(run, used))
+    return Collected(series, ignored, provenance)

@@ -1,0 +1,156 @@
+"""What every importer shares: user hints (flags), the record it writes, dtype names.
+
+Flags fill what a log does not say; a flag that contradicts the log is an error, so an import
+never silently mislabels a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from commbench.errors import UsageError
+from commbench.fitdata import canonical_dtype_name, canonical_op
+from commbench.program import DTYPE_SIZES, OPS, bus_factor
+
+# MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names
+MPI_DTYPES = {
+    "mpi_char": "int8",
+    "mpi_signed_char": "int8",
+    "mpi_unsigned_char": "uint8",
+    "mpi_byte": "int8",
+    "mpi_int": "int32",
+    "mpi_float": "float32",
+    "mpi_double": "float64",
+    "mpi_long": "int64",
+    "mpi_long_long": "int64",
+}
+# element sizes of dtypes commbench does not run but logs carry
+EXTRA_DTYPE_SIZES = {"int8": 1, "uint8": 1, "uint32": 4, "int64": 8, "uint64": 8}
+LINK_CLASSES = ("intra", "inter")
+
+
+@dataclass(frozen=True)
+class Hints:
+    """`commbench import` flags: used where the log is silent, checked where it is not."""
+
+    op: str | None = None
+    group_size: int | None = None
+    dtype: str | None = None
+    backend: str | None = None
+    link_class: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.op is not None:
+            op = canonical_op(self.op)
+            if op not in OPS or op == "p2p_schedule":
+                raise UsageError(f"--op {self.op!r}: choose from {', '.join(list(OPS)[:-1])}")
+            object.__setattr__(self, "op", op)
+        if self.dtype is not None:
+            object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
+        if self.link_class is not None and self.link_class not in LINK_CLASSES:
+            raise UsageError(f"--link-class {self.link_class!r}: choose intra or inter")
+
+    def resolve(self, name: str, from_log, where: str, why_needed: str):
+        """The log's value if it has one (a conflicting flag is an error), else the flag's."""
+        flag = getattr(self, name)
+        if from_log is not None:
+            if flag is not None and flag != from_log:
+                raise UsageError(
+                    f"{where}: the log says {name.replace('_', '-')} {from_log} but "
+                    f"--{name.replace('_', '-')} is {flag}"
+                )
+            return from_log
+        if flag is None:
+            raise UsageError(f"{where}: {why_needed}: pass --{name.replace('_', '-')}")
+        return flag
+
+
+@dataclass
+class Imported:
+    """Records parsed from one log plus what the log says about the run."""
+
+    records: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def dtype_size(dtype: str) -> int | None:
+    return DTYPE_SIZES.get(dtype) or EXTRA_DTYPE_SIZES.get(dtype)
+
+
+def measured_record(
+    *,
+    tool: str,
+    path: Path,
+    line: int,
+    op: str,
+    nbytes: int,
+    dtype: str,
+    group_size: int,
+    world_size: int,
+    link_class: str,
+    backend: str,
+    time_us: float | None,
+    timing: str,
+    columns: dict,
+    iters: int | None = None,
+    warmup: int | None = None,
+    wrong: int = 0,
+    checked: bool = False,
+    placement: str = "out-of-place",
+    time_mean_us: float | None = None,
+    hosts_spanned: int | None = None,
+    count: int | None = None,
+) -> dict:
+    """A record with the fields `commbench run` writes; what the tool does not measure is null."""
+    size = dtype_size(dtype)
+    if count is None and size:
+        count = nbytes // size
+    algbw = nbytes / (time_us * 1e-6) / 1e9 if time_us and time_us > 0 else None
+    factor = bus_factor(op, group_size)
+    return {
+        "kind": "collective",
+        "op": op,
+        "dtype": dtype,
+        "bytes": int(nbytes),
+        "count": count,
+        "axis": "group",
+        "group_size": group_size,
+        "groups": None,
+        "stride": None,
+        "hosts_spanned": hosts_spanned,
+        "link_class": link_class,
+        "world_size": world_size,
+        "iters": iters,
+        "warmup": warmup,
+        "time_us": time_us,
+        "time_mean_us": time_mean_us,
+        "time_min_us": None,
+        "time_p95_us": None,
+        "algbw_GBps": algbw,
+        "busbw_GBps": algbw * factor if algbw is not None else None,
+        "wrong": wrong,
+        "checked": checked,
+        "timing": timing,
+        "isolated": None,
+        "placement": placement,
+        "backend": backend,
+        "label": f"{tool} {op}",
+        "source": {"tool": tool, "file": str(path), "line": line, "columns": columns},
+    }
+
+
+def number(text: str) -> float | None:
+    """A table cell as a float; N/A and the like are None."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def read_lines(path: Path) -> list[str]:
+    try:
+        return Path(path).read_text(errors="replace").splitlines()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None

@@ -1,0 +1,152 @@
+"""What both simulator exporters need: one link model per link class, sizes, and the list of
+what a one-line-per-link network description cannot express."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commbench.calibration import TIMING_PREFERENCE, Calibration
+from commbench.errors import UsageError
+
+LINK_ORDER = ("intra", "inter")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One link class as a simulator network dimension."""
+
+    link_class: str
+    model: str  # best algorithm model of the link table
+    alpha_s: float
+    beta_s_per_byte: float
+    npus: int
+    median_rel_err: float | None
+
+    @property
+    def busbw_Bps(self) -> float:
+        return 1.0 / self.beta_s_per_byte
+
+
+def parse_assignments(text: str | None, what: str, cast=str) -> dict[str, object]:
+    """`intra=8,inter=4` -> {"intra": 8, "inter": 4}."""
+    out: dict[str, object] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise UsageError(f"{what} {text!r}: use LINK=VALUE[,LINK=VALUE], e.g. intra=8,inter=4")
+        k, v = part.split("=", 1)
+        try:
+            out[k.strip()] = cast(v.strip())
+        except ValueError:
+            raise UsageError(f"{what}: {v.strip()!r} is not valid for {k.strip()}") from None
+    return out
+
+
+def _runs_value(cal: Calibration, key: str) -> int | None:
+    values = [r.get(key) for r in cal.doc["provenance"].get("runs", []) if r.get(key)]
+    return max(values) if values else None
+
+
+def tiers(
+    cal: Calibration,
+    backend: str | None = None,
+    timing: str | None = None,
+    npus: dict | None = None,
+) -> list[Tier]:
+    """Intra then inter (then any other link class): the link table's best model of each.
+
+    npus per tier: --npus, else for intra the largest intra group measured and for inter the
+    number of hosts of the runs (else the largest inter group)."""
+    npus = npus or {}
+    entries = cal.doc["link_table"]
+    if not entries:
+        raise UsageError(
+            f"{cal.source} has no link table (the fit needs 3+ points on a link): nothing to export"
+        )
+    if backend is None:
+        names = sorted({e["backend"] for e in entries})
+        if len(names) > 1:
+            raise UsageError(f"{cal.source} has backends {', '.join(names)}: pass --backend")
+        backend = names[0]
+    chosen: dict[str, dict] = {}
+    for e in entries:
+        if e["backend"] != backend or (timing and e["timing"] != timing):
+            continue
+        have = chosen.get(e["link_class"])
+        rank = TIMING_PREFERENCE.index(e["timing"]) if e["timing"] in TIMING_PREFERENCE else 9
+        if have is None or rank < have["_rank"]:
+            chosen[e["link_class"]] = {**e, "_rank": rank}
+    if not chosen:
+        raise UsageError(f"{cal.source}: no link table entry for backend {backend} timing {timing}")
+    order = sorted(chosen, key=lambda k: (LINK_ORDER.index(k) if k in LINK_ORDER else 9, k))
+    out = []
+    for link in order:
+        e = chosen[link]
+        m = e["models"][e["best_model"]]
+        if not m["beta_s_per_byte"] > 0:
+            raise UsageError(f"{cal.source}: link {link} has no bandwidth term (beta = 0)")
+        n = npus.get(link)
+        if n is None:
+            sizes = e.get("group_sizes") or []
+            if link == "inter":
+                n = (
+                    _runs_value(cal, "num_hosts")
+                    if (_runs_value(cal, "num_hosts") or 0) > 1
+                    else None
+                )
+                n = n or (max(sizes) if sizes else None)
+            else:
+                n = max(sizes) if sizes else None
+        if not n or n < 2:
+            raise UsageError(
+                f"cannot tell how many NPUs the {link} dimension has (measured group sizes: "
+                f"{e.get('group_sizes')}): pass --npus {link}=N (N >= 2)"
+            )
+        out.append(
+            Tier(
+                link,
+                e["best_model"],
+                m["alpha_s"],
+                m["beta_s_per_byte"],
+                int(n),
+                m.get("median_rel_err"),
+            )
+        )
+    return out
+
+
+def not_expressed(cal: Calibration, used: list[Tier]) -> list[str]:
+    """What the calibration knows that one alpha-beta line per link cannot carry."""
+    notes = []
+    multi = [s for s in cal.doc["series"] if len(s["segments"]) > 1]
+    if multi:
+        notes.append(
+            f"per-size segments: {len(multi)} of {len(cal.doc['series'])} series have several "
+            "segments (protocol/algorithm switches); only the link table's single line per "
+            "link is exported"
+        )
+    by_link: dict[str, set] = {}
+    for s in cal.doc["series"]:
+        by_link.setdefault(s["link_class"], set()).add(s["group_size"])
+    for link, sizes in sorted(by_link.items()):
+        if len(sizes) > 1:
+            notes.append(
+                f"per-group-size alpha: {link} series at group sizes {sorted(sizes)} have their "
+                "own alphas; the export has one alpha per link"
+            )
+    ops = sorted({s["op"] for s in cal.doc["series"]})
+    if ops:
+        notes.append(
+            f"per-op fits ({', '.join(ops)}) and dtypes are folded into one link model per link"
+        )
+    for t in used:
+        if t.median_rel_err is not None:
+            notes.append(
+                f"{t.link_class}: the {t.model} link model explains the measured points with "
+                f"a median relative error of {t.median_rel_err:.1%}"
+            )
+    skipped = {e["link_class"] for e in cal.doc["link_table"]} - {t.link_class for t in used}
+    if skipped:
+        notes.append(f"link classes not exported (other backend/timing): {sorted(skipped)}")
+    return notes

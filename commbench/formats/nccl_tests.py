@@ -1,0 +1,313 @@
+"""nccl-tests logs (all_reduce_perf and friends) -> records.
+
+Both layouts: the current one (`redop root time algbw busbw #wrong`, twice: out-of-place then
+in-place) and the older one (no `root`, an `error` column holding the largest deviation
+instead of a count). Each row gives one record per placement (`placement` field). The op comes
+from the binary name in the log or the file name (`all_gather_perf ...`), else from --op, else
+from the log's own busbw/algbw ratio with redop and root (nccl-tests PERFORMANCE.md factors);
+the group size and link class from the `#  Rank N Group G Pid P on HOST device` lines (ranks
+per group; one host = intra). Times are nccl-tests' mean over back-to-back iterations:
+timing "pipelined" (or "blocking" when the log says blocking was enabled).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from commbench.errors import UsageError
+from commbench.formats.common import Hints, Imported, measured_record, number, read_lines
+
+TOOL = "nccl-tests"
+BINARY_OPS = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "alltoall",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "sendrecv",
+}
+_BINARY = re.compile(
+    r"(?<![A-Za-z])(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|broadcast|"
+    r"reduce|sendrecv|gather|scatter|hypercube)_perf"
+)
+_NTHREAD = re.compile(
+    r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)"
+    r"(?:.*?validation:\s*(\d+))?"
+)
+_RANK = re.compile(
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+    r"(?:\s+\[[^\]]*\])?\s*(.*)$"
+)
+_HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
+_VERSION = re.compile(r"NCCL version (\S+)")
+_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)")
+TYPES = {
+    "float": "float32",
+    "float32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "double": "float64",
+    "float64": "float64",
+    "int": "int32",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int8": "int8",
+    "char": "int8",
+    "uint8": "uint8",
+    "int64": "int64",
+    "uint64": "uint64",
+}
+# old layout: `error` is the largest deviation; above this it counts as wrong data
+ERROR_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
+
+
+def _infer_op(rows: list[dict], p: int) -> str | None:
+    """The op from busbw/algbw = nccl-tests' bus factor, with redop and root; None if unsure."""
+    best = max(rows, key=lambda r: r["busbw"] or 0.0, default=None)
+    if best is None or not best["algbw"] or not best["busbw"] or best["busbw"] < 0.05:
+        return None
+    ratio = best["busbw"] / best["algbw"]
+    tol = 0.005 / best["algbw"] + 0.005 / best["busbw"] + 0.002  # 2-decimal printing
+    reduces = best["redop"] not in (None, "none", "-")
+    root = best["root"]  # None in the old layout
+    unrooted = root is None or root < 0
+    rooted = root is None or root >= 0
+    cands = [
+        ("allreduce", 2 * (p - 1) / p, reduces and unrooted),
+        ("reduce_scatter", (p - 1) / p, reduces and unrooted),
+        ("allgather", (p - 1) / p, not reduces and unrooted),
+        ("alltoall", (p - 1) / p, not reduces and unrooted),
+        ("broadcast", 1.0, not reduces and rooted),
+        ("reduce", 1.0, reduces and rooted),
+        ("sendrecv", 1.0, not reduces and unrooted),
+    ]
+    ops = {op for op, f, ok in cands if ok and abs(ratio - f) <= tol * f}
+    return ops.pop() if len(ops) == 1 else None
+
+
+def _placements(line: str) -> list[str]:
+    found = sorted(
+        (i, name) for name in ("out-of-place", "in-place") if (i := line.find(name)) >= 0
+    )
+    return [name for _, name in found]
+
+
+class _Section:
+    """One nccl-tests invocation in the log."""
+
+    def __init__(self, start: int, binary: str | None) -> None:
+        self.start = start
+        self.binary = binary
+        self.iters = self.warmup = None
+        self.check = True
+        self.blocking = False
+        self.ranks: list[tuple[int, int, str, str]] = []  # rank, group, host, device
+        self.header: list[str] | None = None
+        self.placements: list[str] = ["out-of-place", "in-place"]
+        self.rows: list[tuple[int, list[str]]] = []
+
+
+def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]:
+    sections: list[_Section] = []
+    pending_binary = None
+    meta: dict = {"env": {}}
+    cur: _Section | None = None
+    for n, line in enumerate(lines, 1):
+        s = line.strip()
+        if m := _VERSION.search(s):
+            meta.setdefault("nccl_version", m.group(1))
+        if m := _ENV.search(s):
+            meta["env"][m.group(1)] = m.group(2)
+        if not s.startswith("#") and (m := _BINARY.search(s)) and not s[:1].isdigit():
+            pending_binary = m.group(1)
+            meta.setdefault("command", s)
+            continue
+        if m := _NTHREAD.match(s):
+            cur = _Section(n, pending_binary)
+            pending_binary = None
+            sections.append(cur)
+            cur.warmup, cur.iters = int(m.group(3)), int(m.group(4))
+            cur.check = m.group(5) != "0"
+            continue
+        if cur is None and (_HEADER.match(s) or _RANK.match(s)):
+            cur = _Section(n, pending_binary)  # a log without the `# nThread` line
+            pending_binary = None
+            sections.append(cur)
+        if cur is None:
+            continue
+        if "Blocking Enabled" in s:
+            cur.blocking = True
+        elif m := _RANK.match(s):
+            rank, group, host, dev = int(m.group(1)), int(m.group(2) or 0), m.group(4), m.group(6)
+            cur.ranks.append((rank, group, host, dev.strip()))
+        elif s.startswith("#") and ("out-of-place" in s or "in-place" in s):
+            cur.placements = _placements(s)
+        elif _HEADER.match(s):
+            cur.header = s.lstrip("#").split()
+        elif s and s.split()[0].isdigit() and cur.header is not None:
+            cur.rows.append((n, s.split()))
+    return sections, meta
+
+
+def _columns(header: list[str], where: str) -> tuple[list[str], list[dict]]:
+    """Leading column names and, per placement group, the index of time/algbw/busbw/check."""
+    times = [i for i, h in enumerate(header) if h in ("time", "cputime")]
+    if not times:
+        raise UsageError(f"{where}: unknown nccl-tests layout (no time column in {header})")
+    lead = header[: times[0]]
+    if lead[:3] != ["size", "count", "type"]:
+        raise UsageError(f"{where}: unknown nccl-tests layout (columns {header})")
+    groups = []
+    for i in times:
+        names = header[i : i + 4]
+        if (
+            names[1:3] != ["algbw", "busbw"]
+            or len(names) < 4
+            or names[3]
+            not in (
+                "#wrong",
+                "error",
+            )
+        ):
+            raise UsageError(f"{where}: unknown nccl-tests layout (columns {header})")
+        groups.append({"time": i, "algbw": i + 1, "busbw": i + 2, "check": i + 3, "kind": names[3]})
+    return lead, groups
+
+
+def parse(path: Path, hints: Hints) -> Imported:
+    """Records of every row and placement in one nccl-tests log."""
+    path = Path(path)
+    lines = read_lines(path)
+    sections, meta = _split_sections(path, lines)
+    sections = [s for s in sections if s.header is not None or s.rows]
+    if not sections:
+        raise UsageError(
+            f"{path}: not a nccl-tests log (no '#  size  count  type ...' header line); "
+            "give the tool's stdout"
+        )
+    out = Imported(meta={"tool": TOOL, **meta})
+    name_hint = _BINARY.search(path.name)
+    hosts: list[str] = []
+    last_row_line = max((n for s in sections for n, _ in s.rows), default=0)
+    for sec in sections:
+        where = f"{path}:{sec.start}"
+        if sec.header is None:
+            raise UsageError(f"{where}: rows without a column header line")
+        lead, groups = _columns(sec.header, where)
+        col = {name: i for i, name in enumerate(lead)}
+        hosts = list(dict.fromkeys(hosts + [h for _, _, h, _ in sec.ranks]))
+        # group size and link class from the rank lines
+        by_group: dict[int, list[str]] = {}
+        for _, g, h, _ in sec.ranks:
+            by_group.setdefault(g, []).append(h)
+        sizes = {len(v) for v in by_group.values()}
+        if len(sizes) > 1:
+            raise UsageError(f"{where}: groups of different sizes {sorted(sizes)} in one run")
+        p_log = sizes.pop() if sizes else None
+        p = hints.resolve(
+            "group_size", p_log, where, "the log has no '#  Rank N Group G ... on HOST' lines"
+        )
+        link_log = None
+        if by_group:
+            link_log = "inter" if any(len(set(v)) > 1 for v in by_group.values()) else "intra"
+        link = hints.resolve("link_class", link_log, where, "the log names no hosts")
+        # parse rows
+        rows = []
+        for n, tok in sec.rows:
+            if len(tok) != len(sec.header):
+                if n == last_row_line:
+                    out.notes.append(f"{path}:{n}: truncated last row skipped")
+                    continue
+                raise UsageError(
+                    f"{path}:{n}: row has {len(tok)} columns but the header has "
+                    f"{len(sec.header)} ({' '.join(sec.header)})"
+                )
+            g0 = groups[0]
+            rows.append(
+                {
+                    "line": n,
+                    "tok": tok,
+                    "redop": tok[col["redop"]] if "redop" in col else None,
+                    "root": int(tok[col["root"]]) if "root" in col else None,
+                    "algbw": number(tok[g0["algbw"]]),
+                    "busbw": number(tok[g0["busbw"]]),
+                }
+            )
+        binary = sec.binary or (name_hint.group(1) if name_hint and len(sections) == 1 else None)
+        if binary is not None and binary not in BINARY_OPS:
+            raise UsageError(
+                f"{where}: {binary}_perf measures {binary}, which commbench does not model "
+                f"(supported: {', '.join(f'{b}_perf' for b in BINARY_OPS)})"
+            )
+        op_log = BINARY_OPS.get(binary) if binary else None
+        if op_log is None and hints.op is None:
+            op_log = _infer_op(rows, p)
+        op = hints.resolve(
+            "op",
+            op_log,
+            where,
+            "the log does not name its binary (e.g. all_gather_perf) and its busbw/algbw "
+            "ratio does not single out one op",
+        )
+        backend = hints.backend or "nccl"
+        timing = "blocking" if sec.blocking else "pipelined"
+        world = len(sec.ranks) or p
+        for r in rows:
+            tok = r["tok"]
+            nbytes = int(tok[col["size"]])
+            dtype = TYPES.get(tok[col["type"]].lower(), tok[col["type"]].lower())
+            if hints.dtype is not None and hints.dtype != dtype:
+                raise UsageError(
+                    f"{path}:{r['line']}: the log says dtype {dtype} but --dtype is {hints.dtype}"
+                )
+            for placement, g in zip(sec.placements, groups):
+                t = number(tok[g["time"]])
+                if t is None:
+                    continue  # N/A: this placement not run for this op
+                check = tok[g["check"]]
+                value = number(check)
+                columns = {name: tok[i] for i, name in enumerate(lead)}
+                columns.update(
+                    time=tok[g["time"]],
+                    algbw=tok[g["algbw"]],
+                    busbw=tok[g["busbw"]],
+                    **{g["kind"]: check},
+                )
+                if g["kind"] == "#wrong":
+                    wrong = int(value) if value is not None else 0
+                else:
+                    tol = ERROR_TOLERANCE.get(dtype, 0.0)
+                    wrong = int(value is not None and value > tol)
+                out.records.append(
+                    measured_record(
+                        tool=TOOL,
+                        path=path,
+                        line=r["line"],
+                        op=op,
+                        nbytes=nbytes,
+                        dtype=dtype,
+                        group_size=p,
+                        world_size=world,
+                        link_class=link,
+                        backend=backend,
+                        time_us=t,
+                        time_mean_us=t,
+                        timing=timing,
+                        columns=columns,
+                        iters=sec.iters,
+                        warmup=sec.warmup,
+                        wrong=wrong,
+                        checked=sec.check and value is not None,
+                        placement=placement,
+                        hosts_spanned=len(set(by_group.get(0, []))) or None,
+                        count=int(tok[col["count"]]),
+                    )
+                )
+        if sec.ranks:
+            out.meta.setdefault("devices", sorted({d for *_, d in sec.ranks if d}))
+    out.meta["hosts"] = hosts
+    out.meta["world_size"] = max((r["world_size"] for r in out.records), default=None)
+    return out
