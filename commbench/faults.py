@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
@@ -82,8 +83,10 @@ def from_env(env: dict[str, str] | None = None) -> Fault | None:
     return parse(text) if text else None
 
 
-def fire(fault: Fault) -> None:
-    """Do what the fault says, now, on this rank."""
+def fire(fault: Fault, settle: Callable[[float], object] | None = None) -> None:
+    """Do what the fault says, now, on this rank. After a self-signal, `settle(timeout)` waits
+    until the session has taken it in (its signal thread runs asynchronously), so the stop is
+    agreed at the next point, deterministically."""
     if fault.kind == "raise":
         raise InjectedFault(fault.describe())
     if fault.kind == "usage":
@@ -92,6 +95,8 @@ def fire(fault: Fault) -> None:
         os._exit(fault.code)  # a crash: no cleanup, no atexit, no MPI_Finalize
     if fault.kind in ("sigkill", "sigint", "sigterm"):
         os.kill(os.getpid(), getattr(signal, fault.kind.upper()))
+        if settle is not None:
+            settle(30.0)
         return  # sigint/sigterm: the session's signal thread takes it from here
     if fault.kind == "delay":
         time.sleep(fault.seconds)
@@ -103,15 +108,21 @@ def fire(fault: Fault) -> None:
 class Injector:
     """Holds this rank's planned fault and fires it when its point comes."""
 
-    def __init__(self, rank: int, fault: Fault | None) -> None:
+    def __init__(
+        self,
+        rank: int,
+        fault: Fault | None,
+        settle: Callable[[float], object] | None = None,
+    ) -> None:
         mine = fault is not None and fault.rank in (rank, ALL)
         self._fault = fault if mine else None
+        self._settle = settle
 
     @classmethod
-    def from_env(cls, rank: int) -> Injector:
-        return cls(rank, from_env())
+    def from_env(cls, rank: int, settle: Callable[[float], object] | None = None) -> Injector:
+        return cls(rank, from_env(), settle)
 
     def at(self, point: int) -> None:
         """Called at `point` (START, or a measured point's index)."""
         if self._fault is not None and self._fault.point == point:
-            fire(self._fault)
+            fire(self._fault, self._settle)

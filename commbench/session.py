@@ -128,7 +128,8 @@ class Session:
         self.runner: Runner | None = None
         self.nodes: tuple[int, ...] = ()
         self.hosts: list[str] = []
-        self.faults = Injector.from_env(launch.rank)  # a bad spec fails here, before any talk
+        # a bad spec fails here, before any talk; a self-signal waits for the signal thread
+        self.faults = Injector.from_env(launch.rank, settle=self.stop.wait)
         self.notice = Notice()
         self.watchdog: Watchdog | None = None
         self._saved_signals: dict = {}
