@@ -8,13 +8,14 @@ communication starts becomes one line from rank 0 and exit status 2 on every ran
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 import time
 
 from commbench import __version__
-from commbench.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
+from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
 from commbench.launch import detect
 
 COMMANDS = {
@@ -34,11 +35,17 @@ def _is_root() -> bool:
     return detect().rank == 0
 
 
-def _usage_exit_delay() -> None:
-    """Non-root ranks linger a moment so rank 0's message is out before the launcher tears the
-    job down on the first non-zero exit (otherwise it can kill rank 0 mid-print)."""
-    if not _is_root():
-        time.sleep(0.5)
+def _usage_exit_delay(message: str) -> None:
+    """Non-root ranks wait for the launcher to take them down after rank 0 exits, so rank 0's
+    message is out before the job is torn down (the launcher kills every rank at the first
+    non-zero exit, rank 0 mid-print included). Still here after USAGE_LINGER_S (a launcher that
+    does not tear down, or rank 0 did not fail alike): exit quietly, unless --verbose."""
+    if _is_root():
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        time.sleep(USAGE_LINGER_S)
+    if "--verbose" in sys.argv:
+        print(f"commbench: rank {detect().rank}: error: {message}", file=sys.stderr, flush=True)
 
 
 class Parser(argparse.ArgumentParser):
@@ -49,7 +56,7 @@ class Parser(argparse.ArgumentParser):
             self.print_usage(sys.stderr)
             sys.stderr.write(f"commbench: error: {message}\n")
             sys.stderr.flush()
-        _usage_exit_delay()
+        _usage_exit_delay(message)
         sys.exit(EXIT_USAGE)
 
 
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         if _is_root():
             print(f"commbench: error: {e}", file=sys.stderr, flush=True)
-        _usage_exit_delay()
+        _usage_exit_delay(str(e))
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

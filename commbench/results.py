@@ -3,11 +3,16 @@
 Rank 0 writes one JSON object per line and flushes (and fsyncs) each point, so a killed
 run keeps every finished point. `meta.json` carries the run's status: running, complete,
 interrupted or failed. Records are the only input of fit, plan, validate and report.
+
+The reader accepts what a crash leaves behind: a run whose status is not `complete` is
+`partial`, and a torn last line (no newline, a write cut short) is skipped and reported;
+any other bad line is a UsageError naming file:line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import threading
@@ -67,6 +72,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def new_run_dir(root: Path, command: str, run_id: str | None = None) -> Path:
     """Create a fresh `<root>/<timestamp>-<command>-<random>` directory (mkdir is exclusive,
     so two runs never share one), or `<root>/<run_id>` when named (it must not exist yet)."""
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"results directory {root} is a file, not a directory")
     root.mkdir(parents=True, exist_ok=True)
     if run_id:
         path = root / run_id
@@ -103,6 +110,7 @@ class RunWriter:
         }
         self.count = 0
         self._lock = threading.Lock()
+        self._final = False
         write_json_atomic(path / META, self.meta)
         self._f = open(path / RECORDS, "a", buffering=1)
 
@@ -119,9 +127,18 @@ class RunWriter:
         self.count += 1
 
     def mark(self, status: str, **fields: Any) -> None:
-        """Rewrite meta.json with a new status (atomic; safe from the signal thread)."""
+        """Rewrite meta.json with a new status (atomic; safe from the signal thread).
+
+        Once finished, marks are ignored (a late signal must not undo `complete`); once
+        `failed`, the status stays failed and the first error is kept (it is the cause)."""
         assert status in STATUSES, status
         with self._lock:
+            if self._final:
+                return
+            if self.meta["status"] == "failed":
+                status = "failed"
+                if "error" in self.meta:
+                    fields.pop("error", None)
             self.meta.update(status=status, records=self.count, **fields)
             write_json_atomic(self.path / META, self.meta)
 
@@ -130,6 +147,7 @@ class RunWriter:
         if not self._f.closed:
             self._f.close()
         self.mark(status, end_time=time.time(), **({"error": error} if error else {}))
+        self._final = True
 
 
 def _json_default(obj: Any) -> Any:
@@ -147,50 +165,150 @@ class Run:
     path: Path
     meta: dict
     records: list[dict]
+    torn_line: int | None = None  # line number of a torn last line that was skipped
 
     @property
     def status(self) -> str:
+        """running, complete, interrupted or failed; `unknown` without meta.json."""
         return self.meta.get("status", "unknown")
 
     @property
     def partial(self) -> bool:
-        """True unless the run says it completed (running = killed before it could say)."""
-        return self.status != "complete"
+        """True unless the run says it completed and nothing was torn (running = the job was
+        killed before it could say how it ended)."""
+        return self.status != "complete" or self.torn_line is not None
+
+    def partial_note(self) -> str | None:
+        """One line for fit/report to print about a partial run; None when it is complete."""
+        if not self.partial:
+            return None
+        why = {
+            "running": "status running: the job was killed before it could say how it ended",
+            "interrupted": "status interrupted: stopped by a signal",
+            "failed": f"status failed: {self.meta.get('error', 'no reason recorded')}",
+            "unknown": f"no {META}",
+        }.get(self.status, f"status {self.status}")
+        signal = self.meta.get("stop_signal")
+        if self.status == "interrupted" and signal:
+            why = f"status interrupted: stopped by {signal}"
+        torn = (
+            f"; torn last line {self.torn_line} of {RECORDS} skipped"
+            if self.torn_line is not None
+            else ""
+        )
+        return (
+            f"{self.path.name}: partial run ({why}); {len(self.records)} finished "
+            f"point(s) kept{torn}"
+        )
+
+
+@dataclass
+class RecordsFile:
+    """The records of one records.jsonl and the torn last line skipped, if any."""
+
+    records: list[dict]
+    torn_line: int | None = None
 
 
 def is_run_dir(path: Path) -> bool:
     return (path / RECORDS).is_file() or (path / META).is_file()
 
 
-def iter_records(path: Path) -> Iterator[dict]:
-    """Parse records.jsonl line by line; a bad line is a UsageError naming file and line."""
+class _BadLine(Exception):
+    """A line that is not a record; `torn` when it may be a write cut short."""
+
+    def __init__(self, message: str, torn: bool = False) -> None:
+        super().__init__(message)
+        self.torn = torn
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_record(rec: Any) -> dict:
+    """The fields every consumer relies on, with the types they rely on."""
+    if not isinstance(rec, dict):
+        raise _BadLine("a record must be a JSON object")
+    missing = [k for k in REQUIRED_FIELDS if k not in rec]
+    if missing:
+        raise _BadLine(f"record lacks {', '.join(missing)}")
+    version = rec["schema_version"]
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise _BadLine(f"schema_version {version!r} is not {SCHEMA_VERSION}")
+    for key in ("run_id", "kind", "op", "backend", "dtype"):
+        if not isinstance(rec[key], str):
+            raise _BadLine(f"{key} must be a string, not {rec[key]!r}")
+    for key, least in (("bytes", 1), ("group_size", 1)):
+        if type(rec[key]) is not int or rec[key] < least:
+            raise _BadLine(f"{key} must be an integer >= {least}, not {rec[key]!r}")
+    t = rec["time_us"]
+    if not _is_number(t) or not math.isfinite(t) or t < 0:
+        raise _BadLine(f"time_us must be a finite number >= 0, not {t!r}")
+    return rec
+
+
+def _parse_line(raw: bytes) -> dict:
     try:
-        f = open(path)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _BadLine("not UTF-8 text", torn=True) from None
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _BadLine(f"not a JSON record ({e.msg})", torn=True) from None
+    except RecursionError:
+        raise _BadLine("not a JSON record (nested too deeply)") from None
+    return _check_record(rec)
+
+
+def read_records(path: Path) -> RecordsFile:
+    """Parse records.jsonl. A last line without its newline that does not parse is a write cut
+    short by a crash: skipped and reported. Any other bad line is a UsageError naming file:line."""
+    try:
+        data = path.read_bytes()
     except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}") from None
-    with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    lines = data.split(b"\n")  # the element after the last newline is b"" unless torn
+    records: list[dict] = []
+    torn = None
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            records.append(_parse_line(raw))
+        except _BadLine as e:
+            if e.torn and lineno == len(lines):
+                torn = lineno
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UsageError(f"{path}:{lineno}: not a JSON record ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise UsageError(f"{path}:{lineno}: a record must be a JSON object")
-            missing = [k for k in REQUIRED_FIELDS if k not in rec]
-            if missing:
-                raise UsageError(f"{path}:{lineno}: record lacks {', '.join(missing)}")
-            if rec["schema_version"] != SCHEMA_VERSION:
-                raise UsageError(
-                    f"{path}:{lineno}: schema_version {rec['schema_version']!r} is not "
-                    f"{SCHEMA_VERSION}"
-                )
-            yield rec
+            raise UsageError(f"{path}:{lineno}: {e}") from None
+    return RecordsFile(records, torn)
+
+
+def iter_records(path: Path) -> Iterator[dict]:
+    """The records of records.jsonl (see read_records; a torn last line is skipped)."""
+    yield from read_records(path).records
+
+
+def read_meta(path: Path) -> dict:
+    """meta.json as a dict; a clear UsageError when it is unreadable or malformed."""
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise UsageError(f"{path}: unreadable meta ({e.strerror or e})") from None
+    except (ValueError, RecursionError) as e:  # JSON and UTF-8 errors are ValueErrors
+        raise UsageError(f"{path}: unreadable meta ({e})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path}: meta must be a JSON object")
+    status = meta.get("status", "running")
+    if status not in STATUSES:
+        raise UsageError(f"{path}: status {status!r} is not one of {', '.join(STATUSES)}")
+    return meta
 
 
 def read_run(path: str | Path) -> Run:
-    """Load one run directory; clear errors for a missing, non-run or corrupt directory."""
+    """Load one run directory; clear errors for a missing, non-run or corrupt directory.
+    A partial run loads: check `run.partial` and print `run.partial_note()`."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such run directory")
@@ -200,16 +318,9 @@ def read_run(path: str | Path) -> Run:
         raise UsageError(f"{path}: directory is not readable")
     if not is_run_dir(path):
         raise UsageError(f"{path}: not a run directory (no {RECORDS} or {META})")
-    meta: dict = {}
-    if (path / META).is_file():
-        try:
-            meta = json.loads((path / META).read_text())
-        except (json.JSONDecodeError, OSError) as e:
-            raise UsageError(f"{path / META}: unreadable meta ({e})") from None
-        if not isinstance(meta, dict):
-            raise UsageError(f"{path / META}: meta must be a JSON object")
-    records = list(iter_records(path / RECORDS)) if (path / RECORDS).exists() else []
-    return Run(path, meta, records)
+    meta = read_meta(path / META) if (path / META).exists() else {}
+    found = read_records(path / RECORDS) if (path / RECORDS).exists() else RecordsFile([])
+    return Run(path, meta, found.records, found.torn_line)
 
 
 def read_runs(paths: Iterable[str | Path]) -> list[Run]:

@@ -77,6 +77,7 @@ class Runner:
         cfg: TimingConfig,
         guard: Callable[[str], contextlib.AbstractContextManager] | None = None,
         stop_requested: Callable[[], bool] | None = None,
+        on_point: Callable[[int], None] | None = None,
     ) -> None:
         self.world = world
         self.cfg = cfg
@@ -84,6 +85,8 @@ class Runner:
         self._subs: dict[tuple, Communicator | None] = {}
         self._guard = guard or (lambda label: contextlib.nullcontext())
         self._stop_requested = stop_requested or (lambda: False)
+        self._on_point = on_point or (lambda point: None)
+        self.points = 0  # measure() calls so far: the same count on every rank
 
     def reserve(self, steps: list[tuple[Step, GroupInfo]]) -> None:
         """Allocate buffers once for the largest of these steps."""
@@ -146,12 +149,15 @@ class Runner:
 
     def measure(self, step: Step, info: GroupInfo) -> dict | None:
         """Collective on the world: time `step` on every group of `info` (all at once, or one
-        group at a time with `isolated`). Returns the record fields on world rank 0, else None."""
-        self.check_stop()
-        sub = self.group(info)
-        gi = next((i for i, g in enumerate(info.groups) if self.world.rank in g), -1)
+        group at a time with `isolated`). Returns the record fields on world rank 0, else None.
+        Every collective of the point, the stop agreement included, runs under the guard."""
+        point, self.points = self.points, self.points + 1
         result = None
-        with self._guard(f"{step.op} {step.label or ''} on {info.axis}".strip()):
+        with self._guard(f"point {point}: {step.op} {step.label or ''} on {info.axis}".strip()):
+            self.check_stop()
+            self._on_point(point)
+            sub = self.group(info)
+            gi = next((i for i, g in enumerate(info.groups) if self.world.rank in g), -1)
             if self.cfg.isolated:
                 for turn in range(len(info.groups)):
                     if turn == gi and sub is not None:

@@ -8,7 +8,9 @@ leaving peers waiting; the run directory's status says how it ended.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import math
 import os
 import platform
 import shlex
@@ -20,17 +22,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from commbench import __version__
-from commbench.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
+from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
+from commbench.faults import START, Injector
 from commbench.launch import LaunchInfo
 from commbench.layout import host_map
+from commbench.notice import Notice
 from commbench.results import RunWriter
 from commbench.runner import Interrupted, Runner, TimingConfig
-from commbench.transport import library_versions, open_world
+from commbench.transport import library_versions, load_backend, open_world
 from commbench.transport.base import Communicator
 
 EXIT_INTERRUPTED = 130
+# SIGUSR1 is the graceful stop under mpirun: Open MPI forwards it to every rank as is, whereas
+# on SIGINT/SIGTERM it sends the ranks SIGTERM and SIGKILLs them 0.25 s later.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 ENV_PREFIXES = (
     "NCCL_",
     "OMPI_MCA_",
@@ -120,6 +128,11 @@ class Session:
         self.runner: Runner | None = None
         self.nodes: tuple[int, ...] = ()
         self.hosts: list[str] = []
+        # a bad spec fails here, before any talk; a self-signal waits for the signal thread
+        self.faults = Injector.from_env(launch.rank, settle=self.stop.wait)
+        self.notice = Notice()
+        self.watchdog: Watchdog | None = None
+        self._saved_signals: dict = {}
 
     # ---- printing: rank 0 talks ----
     @property
@@ -138,14 +151,35 @@ class Session:
     # ---- lifecycle ----
     def __enter__(self) -> Session:
         self._install_signals()
-        self.world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
         self.watchdog = Watchdog(self.opts.timeout_s, self._timed_out)
-        with self.watchdog.guard("start-up"):
-            self.hosts = self.world.allgather_obj(self.launch.host)
-            self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
-            self._open_run_dir()
-        self.runner = Runner(self.world, self.timing, self.watchdog.guard, self.stop.is_set)
+        atexit.register(_alarm_at_exit, self.opts.timeout_s)
+        try:
+            load_backend(self.opts.backend)
+            with self.watchdog.guard("start-up (rendezvous)"):
+                self.faults.at(START)
+                self.world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
+                self.notice = Notice.open(self.launch.is_mpi, self.world.size)
+                self.hosts = self.world.allgather_obj(self.launch.host)
+                self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
+                self._open_run_dir()
+        except UsageError as e:  # the run directory's outcome was broadcast: every rank is here
+            self._agreed_usage_exit(e)
+        except BaseException as e:
+            self._fail(e)
+        self.runner = Runner(
+            self.world, self.timing, self.watchdog.guard, self.stop.is_set, self.faults.at
+        )
         return self
+
+    def _agreed_usage_exit(self, e: UsageError) -> None:
+        """All ranks raised `e` together after communication started: rank 0 says it, then
+        everyone leaves with status 2 (the barrier keeps anyone from exiting first)."""
+        if self.is_root:
+            print(f"commbench: error: {e}", file=sys.stderr, flush=True)
+        with self.watchdog.guard("shut-down"):
+            self.world.barrier()
+            self._close()
+        sys.exit(EXIT_USAGE)
 
     def _open_run_dir(self) -> None:
         """Rank 0 creates the run directory; everyone learns whether that worked."""
@@ -196,7 +230,8 @@ class Session:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
             self._finish("complete")
-            self._close()
+            with self.watchdog.guard("shut-down"):
+                self._close()
             return False
         if isinstance(exc, Interrupted):
             self._finish("interrupted")
@@ -205,18 +240,40 @@ class Session:
             )
             if self.writer:
                 self.say(f"results: {self.writer.path}")
-            self._close()
+            with self.watchdog.guard("shut-down"):
+                self._close()
             sys.exit(EXIT_INTERRUPTED)
-        code = EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILURE
-        message = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
-        print(f"commbench: rank {self.launch.rank}: error: {message}", file=sys.stderr, flush=True)
+        self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> NoReturn:
+        """This rank failed: say why, mark the run, tell rank 0, take the whole job down now."""
+        usage = isinstance(exc, UsageError)
+        code = EXIT_USAGE if usage else EXIT_FAILURE
+        message = str(exc) if usage else f"{type(exc).__name__}: {exc}"
+        _exit_anyway_after(2 * USAGE_LINGER_S, code)  # whatever below blocks, this process ends
+        if usage and not self.is_root:
+            # Every rank may have raised the same: let rank 0 say it and take the job down.
+            with contextlib.suppress(BaseException):
+                time.sleep(USAGE_LINGER_S)
+        where = "" if usage and self.is_root else f"rank {self.launch.rank}: "
+        print(f"commbench: {where}error: {message}", file=sys.stderr, flush=True)
         if os.environ.get("COMMBENCH_DEBUG"):
             import traceback
 
-            traceback.print_exception(exc_type, exc, tb)
-        self._finish("failed", message)
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+        self._die(code, message)
+
+    def _die(self, code: int, message: str) -> NoReturn:
+        """Record the failure (rank 0) or report it to rank 0 (others), then abort the job."""
+        with contextlib.suppress(BaseException):
+            if self.is_root:
+                cause = self.notice.poll(wait_s=0.05)  # a peer's failure may have caused ours
+                self._finish("failed", cause or message)
+            else:
+                self.notice.send(f"rank {self.launch.rank}: {message}")
         if self.world is not None and self.world.size > 1:
-            self.world.abort(code)  # peers may be waiting in a collective: take them down
+            with contextlib.suppress(BaseException):
+                self.world.abort(code)  # peers may be waiting in a collective: take them down
         os._exit(code)
 
     def _finish(self, status: str, error: str | None = None) -> None:
@@ -226,8 +283,10 @@ class Session:
     def _close(self) -> None:
         if self.runner is not None:
             self.runner.close()
+        self.notice.close()
         if self.world is not None:
             self.world.close()
+        self._restore_signals()
 
     def _timed_out(self, label: str) -> None:
         msg = (
@@ -235,37 +294,86 @@ class Session:
             "aborting the job (raise --timeout for slower points)"
         )
         print(f"commbench: rank {self.launch.rank}: error: {msg}", file=sys.stderr, flush=True)
-        with contextlib.suppress(Exception):
-            self._finish("failed", msg)
-        with contextlib.suppress(Exception):
-            self.world.abort(EXIT_FAILURE)
-        os._exit(EXIT_FAILURE)
+        _exit_anyway_after(5.0, EXIT_FAILURE)
+        self._die(EXIT_FAILURE, msg)
 
     # ---- signals: a dedicated thread, since MPI calls block the main thread ----
     def _install_signals(self) -> None:
-        sigs = {signal.SIGINT, signal.SIGTERM}
+        """Route SIGINT/SIGTERM/SIGUSR1 to a thread that acts at once, whichever thread the
+        kernel delivers them to. (Blocking them and sigwait-ing is not enough: threads started
+        before the session, such as OpenBLAS's at numpy import, would still take a SIGTERM
+        and its default action kills the process before meta.json says anything.)"""
         if threading.current_thread() is not threading.main_thread():
             return
-        signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._saved_signals = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+        self._saved_signals["wakeup"] = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _ignore_in_main_thread)
         threading.Thread(
-            target=self._signal_loop, args=(sigs,), name="commbench-signals", daemon=True
+            target=self._signal_loop, args=(read_fd,), name="commbench-signals", daemon=True
         ).start()
 
-    def _signal_loop(self, sigs: set) -> None:
+    def _restore_signals(self) -> None:
+        """After the session, signals mean what they meant before it (Ctrl-C stops at once)."""
+        saved, self._saved_signals = self._saved_signals, {}
+        if "wakeup" in saved:
+            signal.set_wakeup_fd(saved.pop("wakeup"))
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+    def _signal_loop(self, read_fd: int) -> None:
         while True:
-            signum = signal.sigwait(sigs)
-            if self.stop.is_set():  # second signal: stop now
-                with contextlib.suppress(Exception):
-                    self._finish("interrupted")
-                os._exit(EXIT_INTERRUPTED)
-            self.stop.set()
-            if self.writer is not None:  # say so now, in case we are killed before the point ends
-                with contextlib.suppress(Exception):
-                    self.writer.mark("interrupted")
-            if self.is_root:
-                print(
-                    f"# {signal.Signals(signum).name}: finishing the current point, then "
-                    "stopping (again to stop now)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            for signum in os.read(read_fd, 64):
+                if signum in STOP_SIGNALS:
+                    self._on_signal(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self.stop.is_set():  # second signal: stop now
+            with contextlib.suppress(Exception):
+                self._finish("interrupted")
+            os._exit(EXIT_INTERRUPTED)
+        self.stop.set()
+        if self.writer is not None:
+            # Say so now: under mpirun a SIGTERM is followed by SIGKILL 0.25 s later.
+            with contextlib.suppress(Exception):
+                self.writer.mark("interrupted", stop_signal=name)
+                # ... unless the signal is the launcher tearing the job down after a peer
+                # failed: that peer has told us why.
+                cause = self.notice.poll(wait_s=0.1)
+                if cause:
+                    self.writer.mark("failed", error=cause)
+        if self.is_root:
+            hint = (
+                " (mpirun kills the ranks 0.25 s after a SIGTERM; `kill -USR1 <mpirun pid>` "
+                "stops gracefully)"
+                if name == "SIGTERM" and self.launch.launcher == "openmpi"
+                else ""
+            )
+            print(
+                f"# {name}: run marked interrupted; finishing the current point, then "
+                f"stopping (signal again to stop now){hint}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _ignore_in_main_thread(signum: int, frame: object) -> None:
+    """The Python-level handler: nothing to do, the signal thread has already acted."""
+
+
+def _alarm_at_exit(timeout_s: float) -> None:
+    """At interpreter exit, before mpi4py's MPI_Finalize (which waits for every rank and runs
+    where no Python thread can, so the watchdog cannot), start the kernel's alarm: a peer that
+    never reaches Finalize then costs --timeout, not forever."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(max(1, math.ceil(timeout_s)))
+
+
+def _exit_anyway_after(seconds: float, code: int) -> None:
+    """A last-resort timer: end this process even if an abort path itself blocks."""
+    timer = threading.Timer(seconds, os._exit, (code,))
+    timer.daemon = True
+    timer.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from commbench.errors import UsageError
@@ -38,8 +39,8 @@ def sweep(begin: int, end: int, factor: float = 2.0, step: int = 0) -> list[int]
         )
     if step < 0:
         raise UsageError(f"size increment {step} must be positive")
-    if step == 0 and factor <= 1:
-        raise UsageError(f"size factor {factor} must be greater than 1")
+    if step == 0 and not (factor > 1 and math.isfinite(factor)):
+        raise UsageError(f"size factor {factor} must be a finite number greater than 1")
     sizes, size = [], begin
     while size <= end:
         sizes.append(size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from pathlib import Path
 
@@ -41,8 +42,19 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number")
+    return value
+
+
+MAX_TIMEOUT_S = 1e6
+
+
+def timeout_seconds(text: str) -> float:
+    """--timeout: positive and finite (it becomes a datetime.timedelta for torch), <= 1e6 s."""
+    value = positive_float(text)
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most {MAX_TIMEOUT_S:g} seconds")
     return value
 
 
@@ -74,7 +86,7 @@ def add_session_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--timeout",
-        type=positive_float,
+        type=timeout_seconds,
         default=300.0,
         help="seconds a point may run before the job is aborted (default: %(default)s)",
     )

@@ -88,6 +88,11 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
             f"{spec.name} needs a group of {need} ranks; this one has {p} "
             f"(world {world}, --group-size {args.group_size})"
         )
+    if spec.name == "sendrecv" and p > 1 and (args.peer % p == 0 or abs(args.peer) >= p):
+        raise UsageError(
+            f"--peer {args.peer}: sendrecv in a group of {p} needs a peer offset between "
+            f"1 and {p - 1} (or -1 and -{p - 1})"
+        )
     steps: dict[int, Step] = {}
     for s in sizes:
         nbytes = round_bytes(spec.name, s, p, dtype)

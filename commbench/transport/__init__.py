@@ -59,6 +59,13 @@ def supports(backend: str, op: str, dtype: str) -> str | None:
     return None
 
 
+def load_backend(backend: str) -> None:
+    """Import a torch backend ahead of its rendezvous: importing torch takes seconds, which
+    must not count against --timeout (MPI's import is its rendezvous, so it stays in open_world)."""
+    if backend in ("gloo", "nccl"):
+        import commbench.transport.torchdist  # noqa: F401
+
+
 def open_world(backend: str, launch: LaunchInfo, timeout_s: float) -> Communicator:
     """Initialise `backend` and return the world communicator."""
     if backend == "mpi":

@@ -79,11 +79,18 @@ class MPICommunicator(Communicator):
     def bcast_obj(self, obj: Any, root: int = 0) -> Any:
         return self.comm.bcast(obj, root=root)
 
+    # Buffer Allreduce, not the pickled `allreduce(op=MAX)`: that one holds the GIL while it
+    # waits for peers, starving the watchdog and signal threads (a peer hung at a stop
+    # agreement would hang us too, and a SIGTERM could not be recorded before the SIGKILL).
     def max_int(self, value: int) -> int:
-        return self.comm.allreduce(int(value), op=MPI.MAX)
+        buf = np.array([value], dtype=np.int64)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        return int(buf[0])
 
     def max_float(self, value: float) -> float:
-        return self.comm.allreduce(float(value), op=MPI.MAX)
+        buf = np.array([value], dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        return float(buf[0])
 
     # ---- buffers ----
     def alloc(self, nbytes: int) -> np.ndarray:
