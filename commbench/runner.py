@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commbench import diag
 from commbench.bind import BufferPool, bind, step_buffer_bytes
 from commbench.layout import GroupInfo
 from commbench.program import Step, bus_factor, dtype_size
@@ -148,6 +149,7 @@ class Runner:
     def measure(self, step: Step, info: GroupInfo) -> dict | None:
         """Collective on the world: time `step` on every group of `info` (all at once, or one
         group at a time with `isolated`). Returns the record fields on world rank 0, else None."""
+        diag.mark("first_point")
         self.check_stop()
         sub = self.group(info)
         gi = next((i for i, g in enumerate(info.groups) if self.world.rank in g), -1)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from commbench import __version__
+from commbench import __version__, diag
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
 from commbench.launch import LaunchInfo
 from commbench.layout import host_map
@@ -138,7 +138,9 @@ class Session:
     # ---- lifecycle ----
     def __enter__(self) -> Session:
         self._install_signals()
+        diag.mark("open_world")
         self.world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
+        diag.mark("world")
         self.watchdog = Watchdog(self.opts.timeout_s, self._timed_out)
         with self.watchdog.guard("start-up"):
             self.hosts = self.world.allgather_obj(self.launch.host)
@@ -190,6 +192,7 @@ class Session:
             "libraries": library_versions(self.opts.backend),
             "env": relevant_env(),
             "timing": self.timing.timing,
+            "timing_loop": self.world.timing_info(),
             "timeout_s": self.opts.timeout_s,
         }
 
