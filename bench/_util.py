@@ -33,6 +33,8 @@ class Row:
 
 
 def write_rows(path: str | None, rows: list[Row]) -> None:
+    """Write rows to `path`, else to $COMMBENCH_BENCH_JSON (set by run_all.py), if either."""
+    path = path or os.environ.get("COMMBENCH_BENCH_JSON")
     if path:
         Path(path).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
 

@@ -124,7 +124,6 @@ def main() -> int:
         rows.append(Row("overhead", f"{label}: commbench / C floor", r_c, "x",
                         f"<= {goal:.2f}" if goal else "", ok))  # fmt: skip
         rows.append(Row("overhead", f"{label}: commbench / mpi4py floor", r_py, "x"))
-        rows.append(Row("overhead", f"{label}: Python-loop fallback / C floor", r_pyc, "x"))
     write_rows(args.json, rows)
     return 0
 
