@@ -78,13 +78,17 @@ def commbench(*args: str) -> list[str]:
     return [sys.executable, "-m", "commbench", *args]
 
 
-def build_floor() -> Path:
-    """Compile bench/floor.c with the Open MPI mpicc (again when the source changed)."""
-    src, exe = REPO / "bench" / "floor.c", BUILD / "floor"
-    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+def build_floor(library: bool = False) -> Path:
+    """Compile bench/floor.c with the Open MPI mpicc, as a program or as the shared library
+    overhead_job.py loads (again when the source changed)."""
+    src = REPO / "bench" / "floor.c"
+    out = BUILD / ("libfloor.so" if library else "floor")
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
         BUILD.mkdir(parents=True, exist_ok=True)
-        subprocess.run([tool("mpicc"), "-O2", "-o", str(exe), str(src)], check=True, timeout=120)
-    return exe
+        flags = ["-shared", "-fPIC", "-DFLOOR_LIBRARY"] if library else []
+        cmd = [tool("mpicc"), "-O2", *flags, "-o", str(out), str(src)]
+        subprocess.run(cmd, check=True, timeout=120)
+    return out
 
 
 def json_lines(text: str) -> list[dict]:

@@ -26,7 +26,7 @@ ENV_JSON = "COMMBENCH_BENCH_JSON"
 
 # name -> (script, full args, --quick args)
 BENCHES = {
-    "overhead": ("overhead.py", [], ["--rounds", "1", "--iters", "300"]),
+    "overhead": ("overhead.py", [], ["--blocks", "2", "--iters", "100"]),
     "startup": ("startup.py", [], ["--rounds", "1"]),
     "memory": ("memory.py", [], ["--size", "64M", "--ops", "allreduce,alltoall"]),
     "fit": ("bench_fit.py", [], []),
