@@ -10,7 +10,7 @@ median over blocks is quoted, for the median over iterations (the goal) and for 
 (which shrugs off other load on a shared machine). Goal (issue 8), mpi backend, 2 ranks:
 commbench <= 1.10x the C floor at 8 B and <= 1.02x at 4 MiB.
 
-    python bench/overhead.py --ranks 2,4 --blocks 5 --iters 200 [--json rows.json]
+    python bench/overhead.py --ranks 2,4 --blocks 11 --iters 200 [--json rows.json]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main() -> int:
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--ops", default="allreduce,alltoall,sendrecv")
     ap.add_argument("--sizes", default="8,64K,4M")
-    ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks per point")
+    ap.add_argument("--blocks", type=int, default=11, help="interleaved blocks per point")
     ap.add_argument("--iters", type=int, default=200, help="timed iterations per block")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=1200)
