@@ -123,7 +123,9 @@ def timeline(point: dict) -> Timeline | None:
     measured_s = measured * 1e-6 if isinstance(measured, (int, float)) else None
     has_compute = any(a.kind == "compute" for acts in sched for a in acts)
     cfg = point.get("config", {})
-    label = f"{point.get('model') or '-'} {cfg.get('label', '')} m={m}"
+    label = (
+        f"{point.get('model') or '-'} {cfg.get('label', '')} m={m} (run {point.get('run_id', '?')})"
+    )
     if has_compute and measured_s:
         msg = message_time(sched, measured_s)
         unit, note = "s", ""

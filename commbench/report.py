@@ -76,17 +76,17 @@ def _calibration(opts: ReportOptions, runs: list[Run]):
         cal = calibration.load(opts.calibration)
         return cal, f"{opts.calibration} ({cal.kind}, {len(cal.series)} series)", False
     if not opts.fit:
-        return None, "none (--no-fit)", False
+        return None, "--no-fit given", False
     from commbench import calibrate
     from commbench.fit import FitOptions
     from commbench.fitdata import collect
 
     collected = collect([(r, []) for r in runs if r.records])
     if not collected.series:
-        return None, "none (nothing in these runs can be fitted)", False
+        return None, "nothing in these runs can be fitted", False
     doc, outcomes, _ = calibrate.build(collected, FitOptions(bootstrap=0))
     if not outcomes:
-        return None, "none (no series has enough distinct sizes to fit)", False
+        return None, "no series has enough distinct sizes to fit", False
     how = (
         f"fitted by the report from the runs above ({len(outcomes)} series; pass "
         "--calibration FILE to use a saved one)"
@@ -349,204 +349,178 @@ def plan_table(plan: reportdata.Plan, top: int) -> Table:
 
 
 # ---- building ------------------------------------------------------------------------------
+CONVENTIONS = (
+    "Conventions (nccl-tests): S = the larger of one rank's input and output buffer; "
+    "algbw = S / t; busbw = algbw x 2(p-1)/p (all-reduce), (p-1)/p (all-gather, "
+    "reduce-scatter, all-to-all), 1 (broadcast, reduce, send/recv); p = group size; "
+    "GB = 1e9 B; sizes in binary units (KiB = 1024 B). t = median over iterations of the "
+    "slowest rank of the group."
+)
+
+
+class _Builder:
+    """Collects figures and what is missing while each section is drawn."""
+
+    def __init__(self, runs: list[Run], cal, in_sample: bool, top: int) -> None:
+        self.runs, self.cal, self.in_sample, self.top = runs, cal, in_sample, top
+        self.figures: list[Figure] = []
+        self.missing: list[str] = []
+        self.notes: list[str] = []
+
+    def add(self, fig: Figure) -> Figure:
+        self.figures.append(fig)
+        return fig
+
+    def run_gaps(self) -> None:
+        for r in self.runs:
+            if r.partial:
+                self.missing.append(
+                    f"run {r.path.name} is partial (status {r.status}): it shows the "
+                    f"{len(r.records)} record(s) written before it stopped"
+                )
+            if not r.records:
+                self.missing.append(f"run {r.path.name} has no records: nothing of it to draw")
+
+    def collectives(self, cal_how: str) -> list:
+        from commbench.figures import collectives
+
+        curves, notes = reportdata.curves(self.runs, self.cal)
+        self.notes += notes
+        if not curves:
+            self.missing.append(
+                "no measured primitive op (collective or suite step records): no bandwidth "
+                "or latency figure"
+            )
+        if self.cal is None:
+            self.missing.append(
+                f"no calibration ({cal_how}): fitted lines, residuals and validation not drawn"
+            )
+        blocks: list = []
+        by_op: dict[str, list] = {}
+        for c in curves:
+            by_op.setdefault(c.key.op, []).append(c)
+        for op in sorted(by_op):
+            blocks.append(self.add(collectives.bandwidth(op, by_op[op])))
+            blocks.append(self.add(collectives.latency(op, by_op[op])))
+        unfit: dict[str, list[str]] = {}
+        for c in curves:
+            if self.cal is not None and c.model is None:
+                unfit.setdefault(c.missing, []).append(c.key.label())
+        for why, labels in unfit.items():
+            self.missing.append(f"no fit for {len(labels)} series ({why}): {'; '.join(labels)}")
+        if self.cal is not None and self.cal.doc.get("series"):
+            blocks.append(series_table(self.cal))
+            if self.cal.doc.get("link_table"):
+                blocks.append(link_table(self.cal))
+        return blocks
+
+    def strategies(self) -> list:
+        from commbench.figures import strategies
+        from commbench.pptimeline import timeline
+
+        rows, notes = reportdata.points(self.runs)
+        self.notes += notes
+        strat = [r for r in rows if r.pattern != "collectives"]
+        blocks: list = []
+        if strat:
+            blocks.append(self.add(strategies.step_breakdown(strat)))
+        else:
+            self.missing.append(
+                "no suite point of a strategy (tp, dp, zero, pp, cp, ep): no step-time figure"
+            )
+        if rows:
+            blocks.append(points_table(rows))
+        loads = reportdata.ep_loads(strat)
+        if loads:
+            blocks.append(self.add(strategies.ep_load(loads)))
+        else:
+            self.missing.append("no EP suite point: no tokens-per-destination figure")
+        tls = [timeline(r.record) for r in strat if r.pattern == "pp" and r.complete]
+        tls = [t for t in tls if t is not None]
+        for k, t in enumerate(tls):
+            blocks.append(self.add(strategies.pp_timeline(t, f"pp-timeline-{k + 1}")))
+        if not tls:
+            self.missing.append("no PP suite point with pp > 1: no 1F1B timeline")
+        return blocks
+
+    def validation(self) -> list:
+        from commbench.figures import models
+
+        rows, summary, why = reportdata.validation(self.runs, self.cal)
+        if not rows:
+            self.missing.append(f"no predicted-vs-measured figure: {why}")
+            return []
+        if not reportdata.predicted_pairs(rows):
+            self.missing.append("validate: no point could be predicted (see the status column)")
+            return validation_tables(rows, summary)
+        note = (
+            "The calibration was fitted from these same runs: an in-sample check"
+            if self.in_sample
+            else ""
+        )
+        return [
+            self.add(models.predicted_vs_measured(rows, note=note)),
+            *validation_tables(rows, summary),
+        ]
+
+    def plans(self, plans: list[reportdata.Plan]) -> list:
+        from commbench.figures import models
+
+        blocks: list = []
+        for k, plan in enumerate(plans):
+            if not plan.configs:
+                self.missing.append(f"plan {plan.source} has no configs")
+                continue
+            blocks += [
+                self.add(models.plan_top(plan, f"plan-{k + 1}", self.top)),
+                plan_table(plan, self.top),
+            ]
+        if not plans:
+            self.missing.append(
+                "no plan given (--plan FILE from `commbench plan --json`): no planner figure"
+            )
+        return blocks
+
+
 def build_report(opts: ReportOptions) -> Report:
     """Read the inputs, draw every figure that has data, write the PNGs and index.html."""
-    from commbench.figures import collectives, models, strategies
-    from commbench.pptimeline import timeline
-
     plans = [reportdata.load_plan(p) for p in opts.plans]  # bad files fail before any work
     runs, how, superseded = _runs(opts)
     cal, cal_how, in_sample = _calibration(opts, runs)
-    missing: list[str] = []
-    notes: list[str] = []
-    figures: list[Figure] = []
-
-    for r in runs:
-        if r.partial:
-            missing.append(
-                f"run {r.path.name} is partial (status {r.status}): it shows the "
-                f"{len(r.records)} record(s) written before it stopped"
-            )
-        if not r.records:
-            missing.append(f"run {r.path.name} has no records: nothing of it can be drawn")
-
-    # primitive ops
-    curves, cnotes = reportdata.curves(runs, cal)
-    notes += cnotes
-    coll_blocks: list = []
-    if cal is None:
-        missing.append(
-            f"no calibration ({cal_how}): fitted lines, residuals and validation not drawn"
-        )
-    by_op: dict[str, list] = {}
-    for c in curves:
-        by_op.setdefault(c.key.op, []).append(c)
-    for op in sorted(by_op):
-        cs = by_op[op]
-        figures.append(collectives.bandwidth(op, cs))
-        figures.append(collectives.latency(op, cs))
-    if cal is not None:
-        unfit: dict[str, list[str]] = {}
-        for c in curves:
-            if c.model is None:
-                unfit.setdefault(c.missing, []).append(c.key.label())
-        for why, labels in unfit.items():
-            missing.append(f"no fit for {len(labels)} series ({why}): {'; '.join(labels)}")
-    if not curves:
-        missing.append(
-            "no measured primitive op (collective or suite step records): no bandwidth or latency figure"
-        )
-    coll_blocks += [f for f in figures if f.section == "collectives"]
-    if cal is not None and cal.doc.get("series"):
-        coll_blocks += [series_table(cal)]
-        if cal.doc.get("link_table"):
-            coll_blocks.append(link_table(cal))
-
-    # strategies
-    rows, pnotes = reportdata.points(runs)
-    notes += pnotes
-    strat = [r for r in rows if r.pattern != "collectives"]
-    strat_blocks: list = []
-    if strat:
-        f = strategies.step_breakdown(strat)
-        figures.append(f)
-        strat_blocks.append(f)
-    else:
-        missing.append(
-            "no suite point of a strategy (tp, dp, zero, pp, cp, ep): no step-time figure"
-        )
-    if rows:
-        strat_blocks.append(points_table(rows))
-    loads = reportdata.ep_loads(strat)
-    if loads:
-        f = strategies.ep_load(loads)
-        figures.append(f)
-        strat_blocks.append(f)
-    else:
-        missing.append("no EP suite point: no tokens-per-destination figure")
-    pp_rows = [r for r in strat if r.pattern == "pp" and r.complete]
-    tls = [(r, timeline(r.record)) for r in pp_rows]
-    tls = [(r, t) for r, t in tls if t is not None]
-    for k, (_r, t) in enumerate(tls):
-        f = strategies.pp_timeline(t, f"pp-timeline-{k + 1}")
-        figures.append(f)
-        strat_blocks.append(f)
-    if not tls:
-        missing.append("no PP suite point with pp > 1: no 1F1B timeline")
-
-    # validation
-    val_blocks: list = []
-    vrows, vsummary, why = reportdata.validation(runs, cal)
-    if vrows and reportdata.predicted_pairs(vrows):
-        note = (
-            "The calibration was fitted from these same runs, so this is an in-sample check"
-            if in_sample
-            else ""
-        )
-        f = models.predicted_vs_measured(vrows, note=note)
-        figures.append(f)
-        val_blocks += [f, *validation_tables(vrows, vsummary)]
-    elif vrows:
-        val_blocks += validation_tables(vrows, vsummary)
-        missing.append("validation: no point could be predicted (see the table's status column)")
-    else:
-        missing.append(f"no predicted-vs-measured figure: {why}")
-
-    # plans
-    plan_blocks: list = []
-    for k, plan in enumerate(plans):
-        if not plan.configs:
-            missing.append(f"plan {plan.source} has no configs")
-            continue
-        f = models.plan_top(plan, f"plan-{k + 1}", opts.top)
-        figures.append(f)
-        plan_blocks += [f, plan_table(plan, opts.top)]
-    if not plans:
-        missing.append(
-            "no plan given (--plan FILE from `commbench plan --json`): no planner figure"
-        )
-
-    sections = _sections(
-        runs,
-        how,
-        superseded,
-        cal_how,
-        opts,
-        plans,
-        missing,
-        notes,
-        coll_blocks,
-        strat_blocks,
-        val_blocks,
-        plan_blocks,
+    b = _Builder(runs, cal, in_sample, opts.top)
+    b.run_gaps()
+    body = [
+        Section("Collectives: bandwidth, latency and fits", b.collectives(cal_how), "collectives"),
+        Section(
+            "Strategies: step communication, EP load, PP schedule", b.strategies(), "strategies"
+        ),
+        Section("Validation: predicted vs measured", b.validation(), "validation"),
+        Section("Planner: top configs", b.plans(plans), "plans"),
+    ]
+    for s in body:
+        s.blocks = s.blocks or ["Nothing to show here: see What is missing."]
+    inputs = Section("Inputs", [f"Runs: {how}.", runs_table(runs)], "inputs")
+    if superseded:
+        inputs.blocks += ["Older runs of the same kind, not shown:", bullets(superseded)]
+    inputs.blocks.append(f"Calibration: {cal_how if cal is not None else f'none ({cal_how})'}.")
+    if plans:
+        inputs.blocks.append("Plans: " + ", ".join(p.source for p in plans) + ".")
+    gaps = Section(
+        "What is missing",
+        [bullets(b.missing or ["nothing: every figure had its data"], "missing")],
+        "missing",
     )
+    if b.notes:
+        gaps.blocks.append(bullets(b.notes))
     html_text = page(
         "commbench report",
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S %z')} by commbench {__version__} from "
-        f"{len(runs)} run(s); {len(figures)} figure(s)",
-        sections,
-        "Conventions (nccl-tests): S = the larger of one rank's input and output buffer; "
-        "algbw = S / t; busbw = algbw x 2(p-1)/p (all-reduce), (p-1)/p (all-gather, "
-        "reduce-scatter, all-to-all), 1 (broadcast, reduce, send/recv); p = group size; "
-        "GB = 1e9 B; sizes in binary units (KiB = 1024 B). t = median over iterations of the "
-        "slowest rank of the group.",
+        f"{len(runs)} run(s); {len(b.figures)} figure(s)",
+        [inputs, gaps, *body],
+        CONVENTIONS,
     )
-    out = _write(opts.out, figures, html_text)
-    return Report(out, figures, runs, missing, notes)
-
-
-def _sections(
-    runs,
-    how,
-    superseded,
-    cal_how,
-    opts,
-    plans,
-    missing,
-    notes,
-    coll_blocks,
-    strat_blocks,
-    val_blocks,
-    plan_blocks,
-) -> list[Section]:
-    inputs = Section("Inputs", anchor="inputs")
-    inputs.blocks.append(f"Runs: {how}.")
-    inputs.blocks.append(runs_table(runs))
-    if superseded:
-        inputs.blocks.append("Older runs of the same kind, not shown:")
-        inputs.blocks.append(bullets(superseded))
-    inputs.blocks.append(f"Calibration: {cal_how}.")
-    if plans:
-        inputs.blocks.append("Plans: " + ", ".join(p.source for p in plans) + ".")
-    sections = [inputs]
-    gaps = Section("What is missing", anchor="missing")
-    gaps.blocks.append(bullets(missing or ["nothing: every figure had its data"], "missing"))
-    if notes:
-        gaps.blocks.append(bullets(notes))
-    sections.append(gaps)
-    for title, anchor, blocks, empty in (
-        (
-            "Collectives: bandwidth, latency and fits",
-            "collectives",
-            coll_blocks,
-            "No measured primitive op in these runs.",
-        ),
-        (
-            "Strategies: step communication, EP load, PP schedule",
-            "strategies",
-            strat_blocks,
-            "No suite points in these runs.",
-        ),
-        (
-            "Validation: predicted vs measured",
-            "validation",
-            val_blocks,
-            "Not drawn (see What is missing).",
-        ),
-        ("Planner: top configs", "plans", plan_blocks, "No plan given (--plan FILE)."),
-    ):
-        sections.append(Section(title, blocks or [empty], anchor))
-    return sections
+    out = _write(opts.out, b.figures, html_text)
+    return Report(out, b.figures, runs, b.missing, b.notes)
 
 
 def _write(out: Path, figures: list[Figure], html_text: str) -> Path:

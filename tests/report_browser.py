@@ -73,13 +73,21 @@ def console_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if ":CONSOLE" in line]
 
 
-def check(html: Path, workdir: Path) -> PageCheck:
-    """Open a copy of `html` with the probe; report images, errors and height. Then open the
-    original itself with logging on and collect any console message it makes."""
+def check(html: Path, workdir: Path, width: int = 1280) -> PageCheck:
+    """Open a copy of `html` with the probe in a window `width` CSS pixels wide; report images,
+    errors and the page height at that width. Then open the original itself with logging on
+    and collect any console message it makes."""
     text = html.read_text(encoding="utf-8")
     probe = workdir / "probe.html"
     probe.write_text(text.replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
-    p = _run(["--virtual-time-budget=15000", "--dump-dom", probe.resolve().as_uri()])
+    p = _run(
+        [
+            f"--window-size={width},1000",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            probe.resolve().as_uri(),
+        ]
+    )
     m = MARKER.search(p.stdout)
     assert m, f"no probe marker in the DOM (chromium rc {p.returncode}): {p.stderr[-2000:]}"
     q = _run(
