@@ -167,6 +167,17 @@ def latency(op: str, curves: list[Curve]) -> Figure:
             x, r = c.residuals()
             rax.scatter(x, r * 100, s=14, color=col, alpha=0.7, linewidths=0, zorder=3)
         rax.axhline(0, color="0.2", lw=1.0)
+        # symmetric log beyond +-10%: a few slow outliers must not flatten the rest
+        rax.set_yscale("symlog", linthresh=10, linscale=1.0)
+        from matplotlib.ticker import FixedLocator, FuncFormatter
+
+        top = max(np.nanmax(np.abs(c.residuals()[1])) for c in fitted) * 100
+        ticks = [
+            t for t in (-100, -10, 0, 10, 100, 1000, 10000) if t <= max(top, 10) * 1.01 or t <= 10
+        ]
+        rax.yaxis.set_major_locator(FixedLocator(ticks))
+        rax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:+g}" if v else "0"))
+        rax.set_ylim(-150, max(top, 10) * 2.5)
         rax.set_ylabel("residual (%)\n(meas-fit)/fit")
         _grid(rax)
     size_axis(axes[-1, 0], lo, hi)
@@ -182,7 +193,8 @@ def latency(op: str, curves: list[Curve]) -> Figure:
                 if nbreaks
                 else "one segment per series (no breakpoint)"
             )
-            + ". Bottom: relative residual (measured - fitted) / fitted in percent."
+            + ". Bottom: relative residual (measured - fitted) / fitted in percent, linear "
+            "within +-10% and logarithmic beyond."
             if fitted
             else "No fit drawn: " + "; ".join(sorted({c.missing for c in curves if c.missing}))
         )

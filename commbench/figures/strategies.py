@@ -15,8 +15,9 @@ from commbench.reportdata import EPLoad, PointRow
 STRATEGY_ORDER = ("tp", "cp", "pp", "ep", "dp", "zero")
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1e3:.3g} ms"
+def _unit(us_max: float) -> tuple[float, str]:
+    """(microseconds per unit, unit) for a panel whose longest bar is us_max."""
+    return (1e6, "s") if us_max >= 2e6 else (1e3, "ms")
 
 
 def step_breakdown(rows: list[PointRow]) -> Figure:
@@ -50,8 +51,9 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
         labels = [r.label + (f"  ({r.run_id})" if len(runs) > 1 else "") for r in mine]
         y = np.arange(len(mine))
         left = np.zeros(len(mine))
+        scale, unit = _unit(max(sum(r.breakdown.values()) for r in mine))
         for k in keys:
-            w = np.array([r.breakdown.get(k, 0.0) / 1e3 for r in mine])
+            w = np.array([r.breakdown.get(k, 0.0) / scale for r in mine])
             if not w.any():
                 continue
             hatch = ["//" if not r.complete else "" for r in mine]
@@ -61,7 +63,7 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
             left += w
         for yi, r in zip(y, mine):
             tail = "" if r.complete else " (incomplete)"
-            ax.text(left[yi], yi, f" {_ms(r.time_us)}{tail}", va="center", fontsize=8)
+            ax.text(left[yi], yi, f" {r.time_us / scale:.3g} {unit}{tail}", va="center", fontsize=8)
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
         ax.set_xlim(0, max(left.max(), 1e-9) * 1.28)
@@ -69,7 +71,7 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
         if pat == "pp":
             title += " (p2p schedule time includes its synthetic compute)"
         ax.set_title(title, loc="left", fontsize=11)
-        ax.set_xlabel("time per step (ms)")
+        ax.set_xlabel(f"time per step ({unit})")
         ax.grid(True, axis="x", alpha=0.6)
         ax.grid(False, axis="y")
     handles = [Patch(color=colors[k], label=k) for k in keys]
@@ -80,7 +82,7 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
     legend_outside(axes[0, 0], handles=handles, title="op@axis")
     caption = (
         "Communication time of one training step for each measured strategy config (suite "
-        "points), in milliseconds, stacked by op and mesh axis (op@axis): sum over the "
+        "points), in milliseconds (seconds where a panel's longest bar exceeds 2 s), stacked by op and mesh axis (op@axis): sum over the "
         "Program's steps of median time (slowest rank) x repeat count, all groups of an axis "
         f"at once. {len(rows)} point(s) from {len(runs)} run(s); label = model, "
         "tp-cp-(ep-)dp-pp layout [swept options]."
@@ -105,6 +107,8 @@ def ep_load(loads: list[EPLoad]) -> Figure:
         ax1.bar(e + off, ld.experts, width=width, color=col)
         r = np.arange(len(ld.per_rank))
         extra = f", {ld.dropped:.0%} dropped" if ld.dropped else ""
+        if ld.router_imbalance and abs(ld.router_imbalance - ld.imbalance) > 0.01:
+            extra = f" (router {ld.router_imbalance:.2f}){extra}"
         ax2.bar(
             r + off,
             ld.per_rank,
