@@ -109,8 +109,9 @@ def message_time(schedule, measured_s: float, iters: int = 60) -> float:
     return (lo + hi) / 2
 
 
-def timeline(point: dict) -> Timeline | None:
-    """The timeline of a suite `pp` point record; None when it has no pipeline (pp = 1)."""
+def timeline(point: dict, run: str = "") -> Timeline | None:
+    """The timeline of a suite `pp` point record of run `run`; None when it has no pipeline
+    (pp = 1)."""
     from commbench import patterns
 
     _layout, _model, options, program = patterns.rebuild(point)

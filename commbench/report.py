@@ -333,7 +333,7 @@ def plan_table(plan: reportdata.Plan, top: int) -> Table:
     axes = axis_order({a for c in plan.configs for a in c.comm_s})
 
     def ms(v):
-        return Num(f"{v * 1e3:.3f}") if v is not None else "-"
+        return Num(f"{v * 1e3:.4g}" if v is not None else "-")
 
     return Table(
         ["rank", "config", "step (ms)", "comm (ms)"]
@@ -435,7 +435,7 @@ class _Builder:
             blocks.append(self.add(strategies.ep_load(loads)))
         else:
             self.missing.append("no EP suite point: no tokens-per-destination figure")
-        tls = [timeline(r.record) for r in strat if r.pattern == "pp" and r.complete]
+        tls = [timeline(r.record, r.run_id) for r in strat if r.pattern == "pp" and r.complete]
         tls = [t for t in tls if t is not None]
         for k, t in enumerate(tls):
             blocks.append(self.add(strategies.pp_timeline(t, f"pp-timeline-{k + 1}")))

@@ -55,7 +55,7 @@ def cut_short(src: Path, dst: Path, pattern: str) -> None:
     status still `running`, no end time."""
     recs = [json.loads(line) for line in (src / "records.jsonl").read_text().splitlines()]
     first = next(i for i, r in enumerate(recs) if r["kind"] == "step" and r["pattern"] == pattern)
-    kept = recs[: first + 1]
+    kept = [{**r, "run_id": dst.name} for r in recs[: first + 1]]
     dst.mkdir()
     (dst / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     meta = json.loads((src / "meta.json").read_text())
