@@ -97,20 +97,26 @@ def size_axis(ax, lo: float, hi: float, axis: str = "x") -> None:
     a.set_minor_locator(FixedLocator(minors))
     a.set_major_formatter(FuncFormatter(lambda v, _pos: format_size(v)))
     a.set_minor_formatter(NullFormatter())
-    pad = 2**0.3
+    pad = min(2**0.3, max(hi / lo, 1.01) ** 0.05)  # a margin, narrower for a narrow range
     (ax.set_xlim if axis == "x" else ax.set_ylim)(lo / pad, hi * pad)
 
 
 def log_labels(ax, axis: str = "y") -> None:
-    """Plain numbers (0.5, 20, 3000) on a log axis; minor ticks labelled when the axis spans
-    less than a decade, so a narrow range still has numbers on it."""
+    """Plain numbers (0.5, 20, 3000) on a log axis; minor ticks labelled too when the axis
+    spans under a decade, and at 2 and 5 (x a power of ten) under two decades, so a short
+    range still carries numbers."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     a = ax.yaxis if axis == "y" else ax.xaxis
     lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    span = hi / max(lo, 1e-300)
     a.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    narrow = hi / max(lo, 1e-300) < 10
-    a.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}") if narrow else NullFormatter())
+
+    def minor(v, _pos):
+        lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9)) if v > 0 else 0
+        return f"{v:g}" if span < 10 or (span < 100 and lead in (2, 5)) else ""
+
+    a.set_minor_formatter(FuncFormatter(minor) if span < 100 else NullFormatter())
 
 
 def legend_outside(ax, **kw):
