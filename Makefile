@@ -70,10 +70,13 @@ demo: install
 	$(CB) report $(RESULTS)/demo-collectives $(RESULTS)/demo-smoke --calibration $(RESULTS)/demo-calibration.json -o $(RESULTS)/report
 	@echo "demo done: open $(RESULTS)/report/index.html"
 
+# With no run in $(RESULTS) yet, measure first: a quick collectives sweep (bandwidth curves and
+# their fits) and the smoke suite (every strategy at toy sizes). The report fits in memory.
 report: install
-	@ls -d $(RESULTS)/*/records.jsonl >/dev/null 2>&1 || \
-	  $(MPIRUN) -n $(NP) $(CB) suite smoke --quick --backend mpi --results $(RESULTS)
-	$(CB) report -o $(RESULTS)/report
+	@ls -d $(RESULTS)/*/records.jsonl >/dev/null 2>&1 || { \
+	  $(MPIRUN) -n $(NP) $(CB) suite collectives --quick --backend mpi --results $(RESULTS) && \
+	  $(MPIRUN) -n $(NP) $(CB) suite smoke --backend mpi --results $(RESULTS); }
+	$(CB) report --results $(RESULTS) -o $(RESULTS)/report
 
 bench: install
 	$(PY) bench/run_all.py
