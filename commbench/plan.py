@@ -469,8 +469,16 @@ class Planner:
         )
         if req.mode == "infer":
             progs = {k: forward_only(v) for k, v in progs.items() if k not in ("dp", "zero")}
+        # one object per distinct Program (ZeRO stages share tp/cp/ep/pp ones), so estimates
+        # cached by Program identity are reused across stages and rank orders
+        progs = {name: self._shared(name, cfg, m_sim, prog) for name, prog in progs.items()}
         self._programs[key] = progs
         return progs
+
+    def _shared(self, name: str, cfg: Config, m_sim: int, prog: Program) -> Program:
+        key = ("shared", name, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch,
+               cfg.micro_batches, m_sim, cfg.zero_stage if name in ("dp", "zero") else None)  # fmt: skip
+        return self._programs.setdefault(key, prog)
 
     def pp_program(self, cfg: Config, micro_batches: int) -> Program:
         """The pp Program of `cfg` with another number of micro-batches (same per-micro-batch
