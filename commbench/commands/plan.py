@@ -157,6 +157,11 @@ def request_from_args(args: argparse.Namespace, cal):
     from commbench.program import canonical_dtype
 
     device = cal.doc.get("device") or {}
+    if args.backend is None and len(cal.backends) > 1:
+        raise UsageError(
+            f"{cal.source} has several backends ({', '.join(cal.backends)}): choose one with "
+            "--backend"
+        )
     mb = (
         (1, 2, 4, 8) if args.micro_batch == "auto" else _int_list(args.micro_batch, "--micro-batch")
     )
