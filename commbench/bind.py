@@ -40,22 +40,6 @@ class BufferPool:
         self.capacity = (max(s, send_bytes), max(r, recv_bytes))
 
 
-def step_buffer_bytes(step: Step, p: int) -> tuple[int, int]:
-    """(send, receive) bytes a rank needs for `step` in a group of p."""
-    if step.op == "alltoallv":
-        rows = [sum(r) for r in step.split]
-        cols = [sum(c) for c in zip(*step.split)]
-        return max(rows), max(cols)
-    if step.op == "p2p_schedule":
-        most = max((a.nbytes for acts in step.schedule for a in acts), default=0)
-        return most, most
-    if step.op == "allgather":
-        return step.nbytes // p, step.nbytes
-    if step.op == "reduce_scatter":
-        return step.nbytes, step.nbytes // p
-    return step.nbytes, step.nbytes
-
-
 def write_fill(comm: Communicator, view: Any, values: Fill) -> None:
     """Write `values` into `view` a chunk at a time."""
     for a, chunk in values.chunks():

@@ -34,8 +34,7 @@ from commbench.errors import UsageError
 from commbench.fitdata import canonical_dtype_name
 from commbench.layout import ParallelLayout
 from commbench.patterns.base import resolve_axis
-from commbench.program import DTYPE_SIZES, OPS, Program, Step
-from commbench.runner import record_bytes
+from commbench.program import DTYPE_SIZES, OPS, Program, Step, record_bytes
 
 DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
 P2P_OP = "sendrecv"  # a pipeline message is priced as one send/recv between two neighbours

@@ -14,10 +14,10 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.fitdata import SeriesKey, collect
+from commbench.patterns.base import options_label
 from commbench.results import Run, is_run_dir, read_run
 
 # suite options shown short in labels (as `commbench suite` prints them)
-SHORT = {"sequence_parallel": "sp", "micro_batches": "m", "seq_len": "seq", "capacity_factor": "cf"}
 
 
 # ---- which runs ----------------------------------------------------------------------------
@@ -162,12 +162,6 @@ class PointRow:
     def label(self) -> str:
         opts = f" [{self.options}]" if self.options not in ("", "-") else ""
         return f"{self.model} {self.config}{opts}"
-
-
-def options_label(swept: dict) -> str:
-    """The swept options of a point, short: `sp=True m=8`."""
-    parts = [f"{SHORT.get(k, k)}={'-' if v is None else v}" for k, v in (swept or {}).items()]
-    return " ".join(parts) or "-"
 
 
 def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
@@ -340,10 +334,13 @@ def _seconds(v, where: str) -> float | None:
     return float(v)
 
 
+PLAN_AXES = ("tp", "cp", "ep", "pp")
+
+
 def load_plan(path: str | Path) -> Plan:
-    """A planner JSON: {"configs": [{"label": str, "comm_s": {axis: s}, "compute_s",
-    "bubble_s", "step_s" (each optional)}, ...] best first, other top-level keys shown as the
-    plan's header}. Errors name the file and the field."""
+    """A `commbench plan -o` file (schema commbench.plan/1): configs best first, each with a
+    label, zero_stage and time_s {compute, bubble, tp, cp, ep, pp, dp_exposed, step}; other
+    top-level scalars are shown as the plan's header. Errors name the file and the field."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -358,17 +355,20 @@ def load_plan(path: str | Path) -> Plan:
         where = f"{path}: configs[{i}]"
         if not isinstance(c, dict) or not isinstance(c.get("label"), str):
             raise UsageError(f"{where}: needs a string 'label'")
-        comm = c.get("comm_s") or {}
-        if not isinstance(comm, dict):
-            raise UsageError(f"{where}.comm_s: must map axis -> seconds")
+        times = c.get("time_s") or {}
+        if not isinstance(times, dict):
+            raise UsageError(f"{where}.time_s: must map part -> seconds")
+        comm = {a: _seconds(times.get(a), f"{where}.time_s.{a}") or 0.0 for a in PLAN_AXES}
+        comm["dp"] = _seconds(times.get("dp_exposed", times.get("dp")), f"{where}.time_s.dp") or 0.0
+        label = c["label"] + (f" z{c['zero_stage']}" if c.get("zero_stage") else "")
         configs.append(
             PlanConfig(
                 i + 1,
-                c["label"],
-                {str(k): _seconds(v, f"{where}.comm_s.{k}") or 0.0 for k, v in comm.items()},
-                _seconds(c.get("compute_s"), f"{where}.compute_s"),
-                _seconds(c.get("bubble_s"), f"{where}.bubble_s"),
-                _seconds(c.get("step_s"), f"{where}.step_s"),
+                label,
+                comm,
+                _seconds(times.get("compute"), f"{where}.time_s.compute"),
+                _seconds(times.get("bubble"), f"{where}.time_s.bubble"),
+                _seconds(times.get("step"), f"{where}.time_s.step"),
             )
         )
     header = {k: v for k, v in doc.items() if k != "configs" and not isinstance(v, (dict, list))}

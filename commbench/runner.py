@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench import diag
-from commbench.bind import BufferPool, bind, step_buffer_bytes
+from commbench.bind import BufferPool, bind
 from commbench.layout import GroupInfo
-from commbench.program import Step, bus_factor, dtype_size
+from commbench.program import Step, bus_factor, dtype_size, record_bytes, step_buffer_bytes
 from commbench.transport.base import PER_ITERATION, TIMING_MODES, Communicator
 
 
@@ -53,20 +53,6 @@ def summarize(times_s: np.ndarray) -> dict[str, float]:
         "time_min_us": float(np.min(us)),
         "time_p95_us": float(np.percentile(us, 95)),
     }
-
-
-def schedule_bytes(step: Step) -> int:
-    """Bytes the busiest position of a p2p schedule sends."""
-    return max(sum(a.nbytes for a in acts if a.kind == "send") for acts in step.schedule)
-
-
-def record_bytes(step: Step) -> int:
-    """S of a step as records report it (alltoallv: the largest send buffer)."""
-    if step.op == "alltoallv":
-        return max(sum(row) for row in step.split)
-    if step.op == "p2p_schedule":
-        return max(schedule_bytes(step), 1)
-    return step.nbytes
 
 
 class Runner:

@@ -43,6 +43,7 @@ from statistics import median
 from commbench.calibration import Calibration
 from commbench.errors import UsageError
 from commbench.evaluate import Evaluator
+from commbench.patterns.base import options_label
 from commbench.program import Program, dtype_size
 from commbench.results import Run, read_run
 
@@ -50,10 +51,8 @@ GOAL = 0.20  # the issue's accuracy goal: median |error| per pattern under 20%
 
 
 def _options_label(rec: dict) -> str:
-    from commbench.commands.suite import SHORT
-
-    swept = rec.get("swept") or {}
-    return " ".join(f"{SHORT.get(k, k)}={'-' if v is None else v}" for k, v in swept.items())
+    label = options_label(rec.get("swept"))
+    return "" if label == "-" else label
 
 
 def _rel(pred: float | None, meas: float | None) -> float | None:

@@ -65,20 +65,9 @@ def cut_short(src: Path, dst: Path, pattern: str) -> None:
 
 
 def write_plan(path: Path) -> Path:
-    """A plan in the planner's JSON contract; the seconds are arbitrary inputs of the drawing
-    (not predictions), one config lacking the optional fields."""
-    plan = {
-        "model": "llama-70b",
-        "gpus": 32,
-        "configs": [
-            {"label": "tp8-cp1-dp1-pp4", "comm_s": {"tp": 0.2, "pp": 0.03, "dp": 0.05},
-             "compute_s": 1.2, "bubble_s": 0.1, "step_s": 1.5},
-            {"label": "tp8-cp1-dp2-pp2", "comm_s": {"tp": 0.2, "dp": 0.15, "pp": 0.02},
-             "compute_s": 1.2, "bubble_s": 0.08},
-            {"label": "tp16-cp1-dp1-pp2", "comm_s": {"tp": 0.9}},
-        ],
-    }  # fmt: skip
-    path.write_text(json.dumps(plan))
+    """A real plan: `commbench plan -o` on the shipped reference calibration."""
+    assert cli.main(["plan", "--model", "llama-70b", "--gpus", "32", "--gpus-per-node", "8",
+                     "--top", "3", "-o", str(path)]) == 0  # fmt: skip
     return path
 
 
@@ -219,12 +208,12 @@ def test_not_a_run_directory_exits_2(lab, tmp_path, capsys):
 
 def test_bad_plan_file_exits_2(lab, tmp_path, capsys):
     bad = tmp_path / "plan.json"
-    bad.write_text(json.dumps({"configs": [{"label": "a", "comm_s": {"tp": "fast"}}]}))
+    bad.write_text(json.dumps({"configs": [{"label": "a", "time_s": {"tp": "fast"}}]}))
     rc, _, err = report(capsys, lab / "results" / "sweep-ar", "--plan", bad, "-o", tmp_path)
     assert rc == 2
     assert (
         err
-        == f"commbench: error: {bad}: configs[0].comm_s.tp: must be a non-negative number of seconds, got 'fast'\n"
+        == f"commbench: error: {bad}: configs[0].time_s.tp: must be a non-negative number of seconds, got 'fast'\n"
     )
 
 

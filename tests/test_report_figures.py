@@ -165,19 +165,24 @@ def test_plan_contract_and_figure(tmp_path):
                 "gpus": 32,
                 "calibration": {"kind": "reference"},  # nested header fields are not shown
                 "configs": [
-                    {"label": "tp8-pp4", "comm_s": {"pp": 0.03, "tp": 0.2, "dp": 0.05},
-                     "compute_s": 1.0, "bubble_s": 0.1, "step_s": 1.3},
-                    {"label": "tp4-pp8", "comm_s": {"tp": 0.3}},
+                    {"label": "tp8-pp4", "zero_stage": 1,
+                     "time_s": {"pp": 0.03, "tp": 0.2, "dp_exposed": 0.05, "compute": 1.0,
+                                "bubble": 0.1, "step": 1.3}},
+                    {"label": "tp4-pp8", "time_s": {"tp": 0.3}},
                     {"label": "tp2-pp16"},
                 ],
             }
         )
     )  # fmt: skip
     plan = load_plan(path)
-    assert [c.label for c in plan.configs] == ["tp8-pp4", "tp4-pp8", "tp2-pp16"]
-    assert plan.configs[2].comm_s == {} and plan.configs[1].step_s is None
+    assert [c.label for c in plan.configs] == ["tp8-pp4 z1", "tp4-pp8", "tp2-pp16"]
+    assert sum(plan.configs[2].comm_s.values()) == 0 and plan.configs[1].step_s is None
     assert plan.header == {"model": "llama-70b", "gpus": 32}
-    assert models.axis_order(plan.configs[0].comm_s) == ["tp", "dp", "pp"]
+    assert models.axis_order(a for a, v in plan.configs[0].comm_s.items() if v) == [
+        "tp",
+        "dp",
+        "pp",
+    ]
     fig = models.plan_top(plan, "plan-1", top=2)
     assert png_size(fig.png)[0] > 400
     assert "best 2 of 3 configs" in fig.caption and "model llama-70b, gpus 32" in fig.caption
@@ -187,9 +192,12 @@ def test_plan_contract_and_figure(tmp_path):
     "doc,message",
     [
         ([], "a plan must be a JSON object with a list 'configs'"),
-        ({"configs": [{"comm_s": {}}]}, "configs[0]: needs a string 'label'"),
-        ({"configs": [{"label": "a", "comm_s": [1]}]}, "configs[0].comm_s: must map axis"),
-        ({"configs": [{"label": "a", "step_s": -1}]}, "configs[0].step_s: must be a non-negative"),
+        ({"configs": [{"time_s": {}}]}, "configs[0]: needs a string 'label'"),
+        ({"configs": [{"label": "a", "time_s": [1]}]}, "configs[0].time_s: must map part"),
+        (
+            {"configs": [{"label": "a", "time_s": {"step": -1}}]},
+            "configs[0].time_s.step: must be a non-negative",
+        ),
     ],
 )
 def test_bad_plan_files(tmp_path, doc, message):

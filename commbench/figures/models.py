@@ -83,7 +83,7 @@ def plan_top(plan: Plan, name: str, top: int = 10) -> Figure:
     from matplotlib.patches import Patch
 
     cfgs = plan.configs[:top]
-    axes_ = axis_order({a for c in cfgs for a in c.comm_s})
+    axes_ = axis_order({a for c in cfgs for a, v in c.comm_s.items() if v})
     parts = [f"comm {a}" for a in axes_]
     has_compute = any(c.compute_s for c in cfgs)
     has_bubble = any(c.bubble_s for c in cfgs)
