@@ -160,6 +160,10 @@ def _read_yaml(path: Path) -> Any:
         text = path.read_text()
     except OSError as e:
         raise UsageError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
+        ) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
