@@ -47,7 +47,7 @@ def cal_path(tmp_path_factory):
     bad = ring_records("allgather", 2)[:5]
     bad[1]["wrong"] = 4
     recs += bad
-    recs.append({**recs[0], "kind": "point", "op": None})
+    recs.append({**recs[0], "kind": "point", "op": "program"})
     a = write_run(root, "sweep-a", recs[: len(recs) // 2])
     b = write_run(root, "sweep-b", recs[len(recs) // 2 :], status="interrupted")
     doc, _, _ = calibrate.build(collect(read_fit_runs([a, b])), FitOptions(bootstrap=50))
@@ -72,7 +72,7 @@ def test_document_layout_and_provenance(cal):
     # the short allgather p=2 series: 5 rows, 1 with wrong > 0 left out and counted
     ag2 = [s for s in doc["series"] if s["op"] == "allgather" and s["group_size"] == 2]
     assert ag2 and ag2[0]["excluded_wrong"] == 1 and ag2[0]["points"] == 4
-    assert doc["ignored"] == {"point records of op None (not a primitive collective)": 1}
+    assert doc["ignored"] == {"point records of op 'program' (not a primitive collective)": 1}
     seg = doc["series"][0]["segments"][0]
     for k in ("r2_log", "median_rel_err", "max_rel_err", "loso_median_rel_err", "alpha_ci95"):
         assert k in seg

@@ -45,9 +45,7 @@ def test_missing_field_names_file_and_line(tmp_path, capsys):
     recs[6]["time_us"] = 3.0
     recs[2]["group_size"] = "four"
     rc, _, err = fit(capsys, write_run(tmp_path, "r3", recs))
-    assert (
-        rc == 2 and "records.jsonl:3: field group_size must be an integer >= 1, got 'four'" in err
-    )
+    assert rc == 2 and "records.jsonl:3: group_size must be an integer >= 1, not 'four'" in err
 
 
 def test_empty_and_missing_runs(tmp_path, capsys):
@@ -61,9 +59,11 @@ def test_empty_and_missing_runs(tmp_path, capsys):
 
 
 def test_no_usable_records(tmp_path, capsys):
-    recs = [{**r, "kind": "point", "op": None} for r in collective_records("allreduce", 4, 1e-5, 0)]
+    recs = [
+        {**r, "kind": "point", "op": "program"} for r in collective_records("allreduce", 4, 1e-5, 0)
+    ]
     rc, _, err = fit(capsys, write_run(tmp_path, "pts", recs))
-    assert rc == 2 and "no usable records" in err and "20 x point records of op None" in err
+    assert rc == 2 and "no usable records" in err and "20 x point records of op 'program'" in err
 
 
 def test_too_short_series_is_reported_not_guessed(tmp_path, capsys):
