@@ -157,9 +157,14 @@ def save(doc: dict, path: str | Path) -> Path:
 
     path = Path(path)
     validate(doc, str(path))
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, doc)
+    if path.is_dir():
+        raise UsageError(f"cannot write calibration {path}: it is a directory (give a file name)")
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, doc)
+    except OSError as e:
+        raise UsageError(f"cannot write calibration {path}: {e.strerror or e}") from None
     return path
 
 
