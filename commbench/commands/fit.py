@@ -233,8 +233,12 @@ def main(args: argparse.Namespace) -> int:
     doc, outcomes, links = calibrate.build(collected, opts)
     partial = [run.partial_note() for run, _ in runs if run.partial]
     print_report(doc, outcomes, links, args.quiet, partial)
-    if not outcomes:
-        raise UsageError("no series could be fitted (see 'not fitted' above)")
+    if not outcomes:  # every series is in doc["skipped"] with its reason: name the first
+        s, more = doc["skipped"][0], len(doc["skipped"]) - 1
+        raise UsageError(
+            f"no series could be fitted: {s['op']} p={s['group_size']} {s['link_class']}: "
+            f"{s['reason']}" + (f" (and {more} more, see 'not fitted' above)" if more else "")
+        )
     if args.output:
         path = calibration.save(doc, args.output)
         print(f"calibration: {path} ({len(doc['series'])} series, {len(links)} link(s))")
