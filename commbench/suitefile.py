@@ -169,9 +169,8 @@ def _read_yaml(path: Path) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError(
-            f"{display(path)}: not valid YAML{line} ({getattr(e, 'problem', e)})"
-        ) from None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]  # one line
+        raise UsageError(f"{display(path)}: not valid YAML{line} ({problem})") from None
 
 
 def _mapping(value: Any, where: str, keys: tuple[str, ...]) -> dict:
