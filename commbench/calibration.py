@@ -90,6 +90,20 @@ def _pointer(path) -> str:
     return out or "(top level)"
 
 
+def _non_finite(doc: Any) -> tuple | None:
+    """The JSON path of the first NaN or infinite number in `doc` (walked without recursion)."""
+    stack: list[tuple[tuple, Any]] = [((), doc)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return path
+        if isinstance(node, dict):
+            stack += [((*path, k), v) for k, v in reversed(node.items())]
+        elif isinstance(node, list):
+            stack += [((*path, i), v) for i, v in reversed(list(enumerate(node)))]
+    return None
+
+
 def validate(doc: Any, source: str = "calibration") -> None:
     """Schema plus consistency checks; a UsageError names the file and the JSON path."""
     import jsonschema
@@ -111,6 +125,9 @@ def validate(doc: Any, source: str = "calibration") -> None:
             f"{source}: calibration fails its schema at {_pointer(error.absolute_path)}: "
             f"{error.message}"
         )
+    bad = _non_finite(doc)
+    if bad is not None:  # Python reads and writes NaN/Infinity; JSON Schema lets them pass
+        raise UsageError(f"{source}: {_pointer(bad)} is not a finite number")
     seen = set()
     for i, s in enumerate(doc["series"]):
         where = f"{source}: series[{i}]"
