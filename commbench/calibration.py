@@ -364,6 +364,29 @@ class Calibration:
         placement: str | None = None,
     ) -> Prediction:
         """predict() with the method used (see the module docstring for the rule)."""
+        got = self._explain(
+            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement
+        )
+        if not math.isfinite(got.seconds):  # finite but absurd alpha/beta overflowed
+            raise UsageError(
+                f"{self.source}: {op} of {format_size(nbytes)} on {link_class} links, group "
+                f"size {group_size}: the {got.method} gives {got.seconds} s (alpha/beta out "
+                "of range)"
+            )
+        return got
+
+    def _explain(
+        self,
+        op: str,
+        nbytes: float,
+        group_size: int,
+        link_class: str,
+        dtype: str | None,
+        backend: str | None,
+        extrapolate: bool,
+        timing: str | None,
+        placement: str | None,
+    ) -> Prediction:
         op = canonical_op(op)
         if op not in OPS:
             raise UsageError(f"unknown op {op!r}: choose from {', '.join(OPS)}")
