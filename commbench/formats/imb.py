@@ -22,6 +22,7 @@ from commbench.formats.common import (
     measured_record,
     number,
     read_lines,
+    time_cell,
 )
 
 TOOL = "imb"
@@ -127,7 +128,10 @@ def parse(path: Path, hints: Hints) -> Imported:
                 )
             cells = dict(zip(cols, tok))
             size = int(cells["#bytes"])
-            t = number(cells[tcol])
+            t = time_cell(cells[tcol], f"{path}:{n}")
+            if t is None:
+                out.notes.append(f"{path}:{n}: no time in this row, skipped")
+                continue
             defects = number(cells.get("defects", "0")) or 0
             reps = cells.get("#repetitions")
             out.records.append(

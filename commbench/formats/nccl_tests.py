@@ -16,7 +16,15 @@ import re
 from pathlib import Path
 
 from commbench.errors import UsageError
-from commbench.formats.common import Hints, Imported, measured_record, number, read_lines
+from commbench.formats.common import (
+    Hints,
+    Imported,
+    count_cell,
+    measured_record,
+    number,
+    read_lines,
+    time_cell,
+)
 
 TOOL = "nccl-tests"
 BINARY_OPS = {
@@ -231,7 +239,9 @@ def parse(path: Path, hints: Hints) -> Imported:
                     "line": n,
                     "tok": tok,
                     "redop": tok[col["redop"]] if "redop" in col else None,
-                    "root": int(tok[col["root"]]) if "root" in col else None,
+                    "root": count_cell(tok[col["root"]], f"{path}:{n}", "root", -1)
+                    if "root" in col
+                    else None,
                     "algbw": number(tok[g0["algbw"]]),
                     "busbw": number(tok[g0["busbw"]]),
                 }
@@ -264,7 +274,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     f"{path}:{r['line']}: the log says dtype {dtype} but --dtype is {hints.dtype}"
                 )
             for placement, g in zip(sec.placements, groups):
-                t = number(tok[g["time"]])
+                t = time_cell(tok[g["time"]], f"{path}:{r['line']}")
                 if t is None:
                     continue  # N/A: this placement not run for this op
                 check = tok[g["check"]]
@@ -277,7 +287,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     **{g["kind"]: check},
                 )
                 if g["kind"] == "#wrong":
-                    wrong = int(value) if value is not None else 0
+                    wrong = count_cell(check, f"{path}:{r['line']}", "#wrong") if value else 0
                 else:
                     tol = ERROR_TOLERANCE.get(dtype, 0.0)
                     wrong = int(value is not None and value > tol)
@@ -303,7 +313,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                         checked=sec.check and value is not None,
                         placement=placement,
                         hosts_spanned=len(set(by_group.get(0, []))) or None,
-                        count=int(tok[col["count"]]),
+                        count=count_cell(tok[col["count"]], f"{path}:{r['line']}", "count"),
                     )
                 )
         if sec.ranks:

@@ -24,6 +24,7 @@ from commbench.formats.common import (
     measured_record,
     number,
     read_lines,
+    time_cell,
 )
 
 TOOL = "osu"
@@ -147,12 +148,15 @@ def parse(path: Path, hints: Hints) -> Imported:
                 )
             size = int(cells[cols[0]])
             if lat is not None:
-                t = number(cells[lat])
+                t = time_cell(cells[lat], f"{path}:{n}")
             else:
                 mbps = number(cells[bw])
                 t = None
                 if mbps and mbps > 0:
                     t = size / (mbps * 1e6) * 1e6 * (2 if timing.endswith("bidirectional") else 1)
+            if t is None:
+                out.notes.append(f"{path}:{n}: no time in this row, skipped")
+                continue
             valid = cells.get("Validation")
             iters = cells.get("Iterations")
             out.records.append(
