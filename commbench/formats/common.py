@@ -150,6 +150,12 @@ def number(text: str) -> float | None:
         return None
 
 
+def is_count(text: str) -> bool:
+    """ASCII digits only (what starts a table row): str.isdigit() also takes '²', which int()
+    refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def time_cell(text: str, where: str) -> float | None:
     """A time cell in microseconds: None where the tool printed no number (N/A: not run),
     else a finite number >= 0; a negative, nan or overflowing time is a UsageError naming the

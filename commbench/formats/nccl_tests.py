@@ -20,6 +20,7 @@ from commbench.formats.common import (
     Hints,
     Imported,
     count_cell,
+    is_count,
     measured_record,
     number,
     read_lines,
@@ -155,7 +156,7 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
             cur.placements = _placements(s)
         elif _HEADER.match(s):
             cur.header = s.lstrip("#").split()
-        elif s and s.split()[0].isdigit() and cur.header is not None:
+        elif s and is_count(s.split()[0]) and cur.header is not None:
             cur.rows.append((n, s.split()))
     return sections, meta
 

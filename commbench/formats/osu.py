@@ -21,6 +21,7 @@ from commbench.formats.common import (
     MPI_DTYPES,
     Hints,
     Imported,
+    is_count,
     measured_record,
     number,
     read_lines,
@@ -78,7 +79,7 @@ def _tables(path: Path, lines: list[str]) -> list[_Table]:
             tables[-1].dtype = m.group(1).lower().rstrip(".")
         elif re.match(r"^#\s*Size\b", s):
             tables[-1].columns = re.split(r"\s{2,}", s.lstrip("#").strip())
-        elif s and s.split()[0].isdigit() and tables[-1].columns is not None:
+        elif s and is_count(s.split()[0]) and tables[-1].columns is not None:
             tables[-1].rows.append((n, s.split()))
     return tables
 
@@ -175,7 +176,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     time_mean_us=t if lat is not None else None,
                     timing=timing,
                     columns={**cells, "dtype_source": dtype_source, "test": tab.name},
-                    iters=int(iters) if iters and iters.isdigit() else None,
+                    iters=int(iters) if iters and is_count(iters) else None,
                     wrong=int(valid is not None and valid.lower().startswith("fail")),
                     checked=valid is not None,
                 )
