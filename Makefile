@@ -66,14 +66,17 @@ demo: install
 	$(CB) fit $(RESULTS)/demo-collectives -o $(RESULTS)/demo-calibration.json
 	$(CB) validate --calibration $(RESULTS)/demo-calibration.json $(RESULTS)/demo-smoke
 	$(CB) plan --model llama-7b --gpus $(NP) --gpus-per-node $(NP) --calibration $(RESULTS)/demo-calibration.json --extrapolate --top 5
-	$(CB) plan --model llama-70b --gpus 32 --gpus-per-node 8 --top 5
-	$(CB) report $(RESULTS)/demo-collectives $(RESULTS)/demo-smoke --calibration $(RESULTS)/demo-calibration.json -o $(RESULTS)/report
+	$(CB) plan --model llama-70b --gpus 32 --gpus-per-node 8 --top 5 -o $(RESULTS)/demo-plan-llama-70b.json
+	$(CB) report $(RESULTS)/demo-collectives $(RESULTS)/demo-smoke --calibration $(RESULTS)/demo-calibration.json --plan $(RESULTS)/demo-plan-llama-70b.json -o $(RESULTS)/report
 	@echo "demo done: open $(RESULTS)/report/index.html"
 
+# With no run in $(RESULTS) yet, measure first: a quick collectives sweep (bandwidth curves and
+# their fits) and the smoke suite (every strategy at toy sizes). The report fits in memory.
 report: install
-	@ls -d $(RESULTS)/*/records.jsonl >/dev/null 2>&1 || \
-	  $(MPIRUN) -n $(NP) $(CB) suite smoke --quick --backend mpi --results $(RESULTS)
-	$(CB) report -o $(RESULTS)/report
+	@ls -d $(RESULTS)/*/records.jsonl >/dev/null 2>&1 || { \
+	  $(MPIRUN) -n $(NP) $(CB) suite collectives --quick --backend mpi --results $(RESULTS) && \
+	  $(MPIRUN) -n $(NP) $(CB) suite smoke --backend mpi --results $(RESULTS); }
+	$(CB) report --results $(RESULTS) -o $(RESULTS)/report
 
 bench: install
 	$(PY) bench/run_all.py

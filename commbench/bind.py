@@ -2,7 +2,9 @@
 
 Backend-agnostic: it computes counts, displacements and the exact expected values
 (commbench.data) and asks the Communicator for a bound op. Each rank's input is the pattern
-seeded by its group position, so a misplaced chunk is caught as well as a wrong sum.
+seeded by its group position, so a misplaced chunk is caught as well as a wrong sum. Inputs
+and expected values are lazy `Fill`s, written and compared a chunk at a time, so binding
+costs no memory and checking a point costs a few MB whatever its size.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from commbench.data import count_wrong, pattern, pattern_sum
+from commbench.data import Fill, concat, count_wrong, fill, fill_sum, fill_zeros
 from commbench.program import Step, dtype_size
 from commbench.transport.base import Communicator, Fn
 
@@ -38,20 +40,18 @@ class BufferPool:
         self.capacity = (max(s, send_bytes), max(r, recv_bytes))
 
 
-def step_buffer_bytes(step: Step, p: int) -> tuple[int, int]:
-    """(send, receive) bytes a rank needs for `step` in a group of p."""
-    if step.op == "alltoallv":
-        rows = [sum(r) for r in step.split]
-        cols = [sum(c) for c in zip(*step.split)]
-        return max(rows), max(cols)
-    if step.op == "p2p_schedule":
-        most = max((a.nbytes for acts in step.schedule for a in acts), default=0)
-        return most, most
-    if step.op == "allgather":
-        return step.nbytes // p, step.nbytes
-    if step.op == "reduce_scatter":
-        return step.nbytes, step.nbytes // p
-    return step.nbytes, step.nbytes
+def write_fill(comm: Communicator, view: Any, values: Fill) -> None:
+    """Write `values` into `view` a chunk at a time."""
+    for a, chunk in values.chunks():
+        comm.write(view[a : a + len(chunk)], chunk)
+
+
+def count_wrong_fill(comm: Communicator, view: Any, expected: Fill) -> int:
+    """Elements of `view` that differ from `expected`, read back a chunk at a time."""
+    assert len(view) == expected.n, (len(view), expected.n)
+    return sum(
+        count_wrong(comm.read(view[a : a + len(chunk)]), chunk) for a, chunk in expected.chunks()
+    )
 
 
 @dataclass
@@ -60,23 +60,23 @@ class Bound:
 
     fn: Fn
     comm: Communicator
-    inputs: list[tuple[Any, np.ndarray]] = field(default_factory=list)
-    expected: list[tuple[Any, np.ndarray]] = field(default_factory=list)
-    zero_after: list[tuple[Any, np.ndarray]] = field(default_factory=list)
+    inputs: list[tuple[Any, Fill]] = field(default_factory=list)
+    expected: list[tuple[Any, Fill]] = field(default_factory=list)
+    zero_after: list[tuple[Any, Fill]] = field(default_factory=list)
     time_scale: float = 1.0  # pingpong reports half the round trip
     schedule_state: dict | None = None
 
     def prepare(self) -> None:
         """Write inputs (and poison receive buffers) before the checked call."""
         for view, values in self.inputs:
-            self.comm.write(view, values)
+            write_fill(self.comm, view, values)
         if self.schedule_state is not None:
             self.schedule_state.update(checking=True, wrong=0)
         self.comm.sync()
 
     def verify(self) -> int:
         """Elements that differ from the exact expected result on this rank."""
-        wrong = sum(count_wrong(self.comm.read(v), e) for v, e in self.expected)
+        wrong = sum(count_wrong_fill(self.comm, v, e) for v, e in self.expected)
         if self.schedule_state is not None:
             wrong += self.schedule_state["wrong"]
             self.schedule_state["checking"] = False
@@ -85,7 +85,7 @@ class Bound:
     def reset(self) -> None:
         """Zero buffers that in-place reductions keep growing, so timed values stay finite."""
         for view, zeros in self.zero_after:
-            self.comm.write(view, zeros)
+            write_fill(self.comm, view, zeros)
         self.comm.sync()
 
 
@@ -103,29 +103,29 @@ def bind(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
     op = step.op
     if op == "allreduce":
         s, rv = sview(S), rview(S)
-        mine = pattern(r, n, dt)
+        mine = fill(r, n, dt)
         return Bound(
             comm.allreduce(s, rv),
             comm,
             [(s, mine), (rv, mine)],
-            [(rv, pattern_sum(range(p), n, dt))],
-            [(rv, np.zeros_like(mine))],
+            [(rv, fill_sum(range(p), n, dt))],
+            [(rv, fill_zeros(n, dt))],
         )
     if op == "reduce":
         s, rv = sview(S), rview(S)
-        mine = pattern(r, n, dt)
-        exp = [(rv, pattern_sum(range(p), n, dt))] if r == 0 else []
+        mine = fill(r, n, dt)
+        exp = [(rv, fill_sum(range(p), n, dt))] if r == 0 else []
         return Bound(
-            comm.reduce(s, rv, 0), comm, [(s, mine), (rv, mine)], exp, [(rv, np.zeros_like(mine))]
+            comm.reduce(s, rv, 0), comm, [(s, mine), (rv, mine)], exp, [(rv, fill_zeros(n, dt))]
         )
     if op == "allgather":
         c = n // p
         s, rv = sview(c * el), rview(S)
-        exp = np.concatenate([pattern(q, c, dt) for q in range(p)])
+        exp = concat(fill(q, c, dt) for q in range(p))
         return Bound(
             comm.allgather(s, rv),
             comm,
-            [(s, pattern(r, c, dt)), (rv, pattern(POISON, n, dt))],
+            [(s, fill(r, c, dt)), (rv, fill(POISON, n, dt))],
             [(rv, exp)],
         )
     if op == "reduce_scatter":
@@ -134,17 +134,17 @@ def bind(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
         return Bound(
             comm.reduce_scatter(s, rv),
             comm,
-            [(s, pattern(r, n, dt)), (rv, pattern(POISON, c, dt))],
-            [(rv, pattern_sum(range(p), c, dt, start=r * c))],
+            [(s, fill(r, n, dt)), (rv, fill(POISON, c, dt))],
+            [(rv, fill_sum(range(p), c, dt, start=r * c))],
         )
     if op == "alltoall":
         c = n // p
         s, rv = sview(S), rview(S)
-        exp = np.concatenate([pattern(q, c, dt, start=r * c) for q in range(p)])
+        exp = concat(fill(q, c, dt, start=r * c) for q in range(p))
         return Bound(
             comm.alltoall(s, rv),
             comm,
-            [(s, pattern(r, n, dt)), (rv, pattern(POISON, n, dt))],
+            [(s, fill(r, n, dt)), (rv, fill(POISON, n, dt))],
             [(rv, exp)],
         )
     if op == "alltoallv":
@@ -156,20 +156,20 @@ def bind(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
         rdispls = list(np.cumsum([0] + rcounts[:-1]))
         ns, nr = sum(scounts), sum(rcounts)
         s, rv = sview(max(ns, 1) * el), rview(max(nr, 1) * el)
-        exp = [pattern(q, rcounts[q], dt, start=int(np.sum(counts[q][:r]))) for q in range(p)]
+        exp = concat(fill(q, rcounts[q], dt, start=int(np.sum(counts[q][:r]))) for q in range(p))
         fn = comm.alltoallv(
             s, scounts, [int(x) for x in sdispls], rv, rcounts, [int(x) for x in rdispls]
         )
         return Bound(
             fn,
             comm,
-            [(s, pattern(r, max(ns, 1), dt)), (rv, pattern(POISON, max(nr, 1), dt))],
-            [(rview(nr * el), np.concatenate(exp))] if nr else [],
+            [(s, fill(r, max(ns, 1), dt)), (rv, fill(POISON, max(nr, 1), dt))],
+            [(rview(nr * el), exp)] if nr else [],
         )
     if op == "broadcast":
         buf = rview(S)
-        first = pattern(0, n, dt) if r == 0 else pattern(POISON + r, n, dt)
-        return Bound(comm.broadcast(buf, 0), comm, [(buf, first)], [(buf, pattern(0, n, dt))])
+        first = fill(0, n, dt) if r == 0 else fill(POISON + r, n, dt)
+        return Bound(comm.broadcast(buf, 0), comm, [(buf, first)], [(buf, fill(0, n, dt))])
     if op == "sendrecv":
         k = step.peer
         if step.ring:
@@ -178,22 +178,22 @@ def bind(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
             dest = r + k if 0 <= r + k < p else None
             source = r - k if 0 <= r - k < p else None
         s, rv = sview(S), rview(S)
-        exp = [(rv, pattern(source, n, dt))] if source is not None else []
+        exp = [(rv, fill(source, n, dt))] if source is not None else []
         return Bound(
             comm.sendrecv(s, dest, rv, source),
             comm,
-            [(s, pattern(r, n, dt)), (rv, pattern(POISON, n, dt))],
+            [(s, fill(r, n, dt)), (rv, fill(POISON, n, dt))],
             exp,
         )
     if op == "pingpong":
         assert p == 2, p
         buf = rview(S)
-        first = pattern(0, n, dt) if r == 0 else pattern(POISON, n, dt)
+        first = fill(0, n, dt) if r == 0 else fill(POISON, n, dt)
         return Bound(
             comm.pingpong(buf, 1 - r, r == 0),
             comm,
             [(buf, first)],
-            [(buf, pattern(0, n, dt))],
+            [(buf, fill(0, n, dt))],
             time_scale=0.5,
         )
     if op == "p2p_schedule":
@@ -220,22 +220,8 @@ def _bind_schedule(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
         if a.kind == "send":
             plan.append((1, peer, comm.view(pool.send, a.nbytes, dt), a.tag, None))
         else:
-            plan.append((2, peer, comm.view(pool.recv, a.nbytes, dt), a.tag, (peer, n)))
-    expected_cache: dict[tuple[int, int], np.ndarray] = {}
-
-    def expect(key: tuple[int, int]) -> np.ndarray:
-        # built on first check only, shared by every receive of that size from that peer
-        if key not in expected_cache:
-            expected_cache[key] = pattern(key[0], key[1], dt)
-        return expected_cache[key]
-
-    isend, recv, waitall, compute, read = (
-        comm.isend,
-        comm.recv,
-        comm.waitall,
-        comm.compute,
-        comm.read,
-    )
+            plan.append((2, peer, comm.view(pool.recv, a.nbytes, dt), a.tag, fill(peer, n, dt)))
+    isend, recv, waitall, compute = comm.isend, comm.recv, comm.waitall, comm.compute
 
     def fn() -> None:
         pending = []
@@ -245,11 +231,9 @@ def _bind_schedule(comm: Communicator, step: Step, pool: BufferPool) -> Bound:
             elif kind == 2:
                 recv(view, peer, tag)
                 if state["checking"]:
-                    state["wrong"] += count_wrong(read(view), expect(expected))
+                    state["wrong"] += count_wrong_fill(comm, view, expected)
             else:
                 compute(peer)
         waitall(pending)
 
-    return Bound(
-        fn, comm, [(send_all, pattern(r, max(most, el) // el, dt))], [], schedule_state=state
-    )
+    return Bound(fn, comm, [(send_all, fill(r, max(most, el) // el, dt))], [], schedule_state=state)

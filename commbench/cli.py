@@ -1,7 +1,8 @@
 """The front door: `commbench COMMAND ...`, a registry of subcommand modules (mpi4py-bench style).
 
 Each module in commbench.commands defines HELP, add_arguments(parser) and main(args) and keeps
-heavy imports inside main, so start-up stays fast on every rank. A UsageError anywhere before
+heavy imports inside main, so start-up stays fast on every rank; only the module of the command
+being run is imported (all of them for top-level help). A UsageError anywhere before
 communication starts becomes one line from rank 0 and exit status 2 on every rank.
 """
 
@@ -14,7 +15,7 @@ import os
 import sys
 import time
 
-from commbench import __version__
+from commbench import __version__, diag
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
 from commbench.launch import detect
 
@@ -60,12 +61,21 @@ class Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def build_parser() -> tuple[Parser, dict]:
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand named in `argv` (its first non-option word), if it is a known one."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parser(only: str | None = None) -> tuple[Parser, dict]:
+    """The parser with every built command, or with just `only` (start-up imports one module)."""
     parser = Parser(prog="commbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"commbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     modules = {}
     for name, path in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             mod = importlib.import_module(path)
         except ModuleNotFoundError as e:
@@ -84,7 +94,15 @@ def build_parser() -> tuple[Parser, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, modules = build_parser()
+    diag.mark("main")
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        diag.dump(detect().rank)
+
+
+def _main(argv: list[str]) -> int:
+    parser, modules = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     if not args.command:
         if _is_root():

@@ -3,9 +3,14 @@
 Values lie in [-2, 2], so sums over up to 128 ranks are exact in bfloat16 and over 1024 in
 float16, whatever the reduction order: a correct op reproduces the expected buffer bit for
 bit and `wrong` counts differing elements. bfloat16 is held as its raw uint16 bits on host.
+Buffers are filled and verified through `Fill`s, generated a chunk at a time, so checking a
+256 MiB point costs a few MB of host memory, not several copies of the buffer.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,3 +71,69 @@ def count_wrong(got: np.ndarray, expected: np.ndarray) -> int:
     """Elements that differ (bitwise for bfloat16 storage)."""
     assert got.shape == expected.shape, (got.shape, expected.shape)
     return int(np.count_nonzero(got != expected))
+
+
+CHUNK = 1 << 20  # elements generated at a time
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Elements [start, start+n) of the sum of the patterns of `seeds` (none: zeros)."""
+
+    seeds: tuple[int, ...]
+    n: int
+    start: int = 0
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Check data described, not stored: pieces laid end to end, produced in chunks.
+
+    Every pattern repeats with period 61, so one encoded template of a chunk plus a period
+    serves every chunk of a piece as a slice (no per-chunk arithmetic, no full-size copy).
+    """
+
+    dtype: str
+    pieces: tuple[Piece, ...]
+
+    @property
+    def n(self) -> int:
+        return sum(p.n for p in self.pieces)
+
+    def chunks(self, size: int = CHUNK) -> Iterator[tuple[int, np.ndarray]]:
+        """(offset, values) covering elements [0, n) in order, each at most `size` long."""
+        offset = 0
+        for piece in self.pieces:
+            if piece.n:
+                total = sum((_period(s) for s in piece.seeds), np.zeros(_PERIOD, dtype=np.int64))
+                template = encode(_tile(total, 0, min(piece.n, size) + _PERIOD), self.dtype)
+                for a in range(0, piece.n, size):
+                    k = (piece.start + a) % _PERIOD
+                    yield offset + a, template[k : k + min(size, piece.n - a)]
+            offset += piece.n
+
+    def array(self) -> np.ndarray:
+        """All values at once (small buffers and tests)."""
+        parts = [v for _, v in self.chunks()]
+        return np.concatenate(parts) if parts else encode(np.zeros(0), self.dtype)
+
+
+def fill(seed: int, n: int, dtype: str, start: int = 0) -> Fill:
+    """Lazy `pattern(seed, n, dtype, start)`."""
+    return Fill(dtype, (Piece((seed,), n, start),))
+
+
+def fill_sum(seeds: Iterable[int], n: int, dtype: str, start: int = 0) -> Fill:
+    """Lazy `pattern_sum(seeds, n, dtype, start)`."""
+    return Fill(dtype, (Piece(tuple(seeds), n, start),))
+
+
+def fill_zeros(n: int, dtype: str) -> Fill:
+    return Fill(dtype, (Piece((), n),))
+
+
+def concat(fills: Iterable[Fill]) -> Fill:
+    """Fills laid end to end (all of one dtype)."""
+    fills = list(fills)
+    assert len({f.dtype for f in fills}) == 1, [f.dtype for f in fills]
+    return Fill(fills[0].dtype, tuple(p for f in fills for p in f.pieces))

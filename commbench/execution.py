@@ -9,12 +9,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from commbench.bind import step_buffer_bytes
 from commbench.layout import GroupInfo, ParallelLayout
 from commbench.patterns.base import resolve_axis
-from commbench.program import Action, Program, Step, dtype_size, round_bytes
-from commbench.runner import record_bytes
-from commbench.transport import supports
+from commbench.program import (
+    Action,
+    Program,
+    Step,
+    dtype_size,
+    record_bytes,
+    round_bytes,
+    step_buffer_bytes,
+    supports,
+)
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,18 @@ def op_spec(name: str) -> OpSpec:
     return OPS[key]
 
 
+def supports(backend: str, op: str, dtype: str) -> str | None:
+    """None if `backend` can run `op` on `dtype`, else a sentence saying why not.
+
+    Data, not a transport query, so planners and validation can ask without importing one."""
+    if backend == "mpi" and OPS[op].reduces and dtype in ("float16", "bfloat16"):
+        return (
+            f"MPI has no {dtype} reduction, so {op} cannot run in {dtype} on the mpi "
+            "backend: use float32, or --backend gloo/nccl"
+        )
+    return None
+
+
 def bus_factor(op: str, p: int) -> float:
     """nccl-tests bus-bandwidth factor of `op` in a group of p ranks."""
     return op_spec(op).bus_factor(p)
@@ -230,3 +242,29 @@ class Program:
     def axes(self) -> list[str]:
         """Axes used, in first-use order."""
         return list(dict.fromkeys(s.axis for s in self.steps))
+
+
+def step_buffer_bytes(step: Step, p: int) -> tuple[int, int]:
+    """(send, receive) bytes a rank needs for `step` in a group of p."""
+    if step.op == "alltoallv":
+        rows = [sum(r) for r in step.split]
+        cols = [sum(c) for c in zip(*step.split)]
+        return max(rows), max(cols)
+    if step.op == "p2p_schedule":
+        most = max((a.nbytes for acts in step.schedule for a in acts), default=0)
+        return most, most
+    return OPS[step.op].send_recv_bytes(step.nbytes, p)
+
+
+def schedule_bytes(step: Step) -> int:
+    """Bytes the busiest position of a p2p schedule sends."""
+    return max(sum(a.nbytes for a in acts if a.kind == "send") for acts in step.schedule)
+
+
+def record_bytes(step: Step) -> int:
+    """S of a step as records report it (alltoallv: the largest send buffer)."""
+    if step.op == "alltoallv":
+        return max(sum(row) for row in step.split)
+    if step.op == "p2p_schedule":
+        return max(schedule_bytes(step), 1)
+    return step.nbytes

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commbench.bind import BufferPool, bind, step_buffer_bytes
+from commbench import diag
+from commbench.bind import BufferPool, bind
 from commbench.layout import GroupInfo
-from commbench.program import Step, bus_factor, dtype_size
+from commbench.program import Step, bus_factor, dtype_size, record_bytes, step_buffer_bytes
 from commbench.transport.base import PER_ITERATION, TIMING_MODES, Communicator
 
 
@@ -52,20 +53,6 @@ def summarize(times_s: np.ndarray) -> dict[str, float]:
         "time_min_us": float(np.min(us)),
         "time_p95_us": float(np.percentile(us, 95)),
     }
-
-
-def schedule_bytes(step: Step) -> int:
-    """Bytes the busiest position of a p2p schedule sends."""
-    return max(sum(a.nbytes for a in acts if a.kind == "send") for acts in step.schedule)
-
-
-def record_bytes(step: Step) -> int:
-    """S of a step as records report it (alltoallv: the largest send buffer)."""
-    if step.op == "alltoallv":
-        return max(sum(row) for row in step.split)
-    if step.op == "p2p_schedule":
-        return max(schedule_bytes(step), 1)
-    return step.nbytes
 
 
 class Runner:
@@ -132,7 +119,8 @@ class Runner:
         return warmup, iters
 
     def _run_group(self, comm: Communicator, step: Step, agree: Communicator) -> tuple:
-        """Check, warm up and time `step` on this rank's group: (times_s, wrong, warmup, iters)."""
+        """Check, warm up and time `step` on this rank's group:
+        (times_s, wrong, warmup, iters, loop)."""
         bound = bind(comm, step, self.pool)
         wrong = 0
         if self.cfg.check:
@@ -145,12 +133,13 @@ class Runner:
         if warmup:
             comm.time_loop(bound.fn, warmup, PER_ITERATION)
         times = comm.time_loop(bound.fn, iters, self.cfg.timing) * bound.time_scale
-        return times, wrong, warmup, iters
+        return times, wrong, warmup, iters, comm.loop_kind(bound.fn, self.cfg.timing)
 
     def measure(self, step: Step, info: GroupInfo) -> dict | None:
         """Collective on the world: time `step` on every group of `info` (all at once, or one
         group at a time with `isolated`). Returns the record fields on world rank 0, else None.
         Every collective of the point, the stop agreement included, runs under the guard."""
+        diag.mark("first_point")
         point, self.points = self.points, self.points + 1
         result = None
         with self._guard(f"point {point}: {step.op} {step.label or ''} on {info.axis}".strip()):
@@ -177,12 +166,13 @@ class Runner:
     def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> dict:
         """Max over each group's ranks per iteration, then over groups; stats and bandwidth."""
         per_group: dict[int, list[np.ndarray]] = {}
-        wrong, warmup, iters = 0, 0, 0
+        wrong, warmup, iters, loops = 0, 0, 0, set()
         for gi, res in gathered:
             if res is None:
                 continue
-            times, w, warmup_r, iters_r = res
+            times, w, warmup_r, iters_r, loop = res
             per_group.setdefault(gi, []).append(times)
+            loops.add(loop)
             wrong += w
             warmup, iters = max(warmup, warmup_r), max(iters, iters_r)
         group_series = {gi: np.max(np.vstack(ts), axis=0) for gi, ts in per_group.items()}
@@ -211,6 +201,7 @@ class Runner:
             "wrong": wrong,
             "checked": self.cfg.check,
             "timing": self.cfg.timing,
+            "loop": loops.pop() if len(loops) == 1 else "mixed",
             "isolated": self.cfg.isolated,
             "per_group_us": [
                 round(float(np.median(group_series[g])) * 1e6, 3) for g in sorted(group_series)

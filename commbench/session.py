@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from commbench import __version__
+from commbench import __version__, diag
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
 from commbench.faults import START, Injector
 from commbench.launch import LaunchInfo
@@ -157,8 +157,9 @@ class Session:
             load_backend(self.opts.backend)
             with self.watchdog.guard("start-up (rendezvous)"):
                 self.faults.at(START)
+                diag.mark("open_world")
                 self.world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
-                self.notice = Notice.open(self.launch.is_mpi, self.world.size)
+                diag.mark("world")
                 self.hosts = self.world.allgather_obj(self.launch.host)
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
                 self._open_run_dir()
@@ -200,6 +201,8 @@ class Session:
         outcome = self.world.bcast_obj(outcome, root=0)
         if outcome[0] == "error":
             raise UsageError(outcome[1])
+        if outcome[1]:
+            self.notice = Notice(Path(outcome[1]), self.launch.rank)
 
     def meta(self) -> dict:
         """Provenance for meta.json: command, hosts, backend and library versions, env, git."""
@@ -224,6 +227,7 @@ class Session:
             "libraries": library_versions(self.opts.backend),
             "env": relevant_env(),
             "timing": self.timing.timing,
+            "timing_loop": self.world.timing_info(),
             "timeout_s": self.opts.timeout_s,
         }
 
@@ -283,7 +287,6 @@ class Session:
     def _close(self) -> None:
         if self.runner is not None:
             self.runner.close()
-        self.notice.close()
         if self.world is not None:
             self.world.close()
         self._restore_signals()

@@ -136,8 +136,8 @@ def columns():
 
 def main(args: argparse.Namespace) -> int:
     from commbench.console import Table
+    from commbench.program import supports
     from commbench.session import Session
-    from commbench.transport import supports
 
     launch = common.launch_info()
     steps, p = build_steps(args, launch.size)

@@ -19,11 +19,11 @@ from collections.abc import Iterable
 
 from commbench.commands import common
 from commbench.errors import UsageError
+from commbench.patterns.base import options_label
 
 HELP = "run strategy traffic suites (tp, dp, zero, pp, cp, ep, collectives, smoke, all)"
 DEFAULT_MAX_BYTES = 128 << 20
 DEFAULT_BUDGET = 0.2
-SHORT = {"sequence_parallel": "sp", "micro_batches": "m", "seq_len": "seq", "capacity_factor": "cf"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -133,14 +133,6 @@ def timing_for(args: argparse.Namespace, run):
     )
 
 
-def options_label(point) -> str:
-    """The swept options of a point, short: `sp=True m=8`."""
-    parts = []
-    for k, v in point.swept.items():
-        parts.append(f"{SHORT.get(k, k)}={'-' if v is None else v}")
-    return " ".join(parts) or "-"
-
-
 def config_record(point) -> dict:
     lay = point.layout
     return {
@@ -174,7 +166,7 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
         mb = max_bytes_for(pt, cli_max)
         out.write(
             f"\n## point {pt.index}: {prog.pattern} {model} {pt.layout.label()} "
-            f"[{options_label(pt)}]  {len(prog.steps)} step(s), "
+            f"[{options_label(pt.swept)}]  {len(prog.steps)} step(s), "
             f"{format_size(sum(_bytes(s) * s.repeat for s in prog.steps))} per rank\n"
         )
         meta = {k: v for k, v in prog.meta.items() if not isinstance(v, list | dict)}
@@ -200,7 +192,7 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
 
 
 def _bytes(step) -> int:
-    from commbench.runner import record_bytes
+    from commbench.program import record_bytes
 
     return record_bytes(step)
 
@@ -395,7 +387,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
                 pt.program.pattern,
                 pt.model.name if pt.model else "-",
                 pt.layout.label(),
-                options_label(pt),
+                options_label(pt.swept),
                 summary["time_us"] / 1e3,
                 format_size(summary["bytes"]),
                 summary["busbw_GBps"],

@@ -233,3 +233,19 @@ def option_fields(cls: type) -> list[tuple[str, str, Any]]:
     """(name, type, default) of each option, for `commbench list patterns`."""
     hints = typing.get_type_hints(cls)
     return [(f.name, _type_name(hints[f.name]), f.default) for f in dataclasses.fields(cls)]
+
+
+SHORT_OPTIONS = {
+    "sequence_parallel": "sp",
+    "micro_batches": "m",
+    "seq_len": "seq",
+    "capacity_factor": "cf",
+}
+
+
+def options_label(swept: dict | None) -> str:
+    """The swept options of a suite point, short (`sp=True m=8`), as tables and plots show it."""
+    parts = [
+        f"{SHORT_OPTIONS.get(k, k)}={'-' if v is None else v}" for k, v in (swept or {}).items()
+    ]
+    return " ".join(parts) or "-"

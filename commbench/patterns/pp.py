@@ -9,6 +9,7 @@ lets the bubble (p-1)/(m+p-1) be measured rather than assumed.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
@@ -88,11 +89,13 @@ def schedule(
 
 
 def simulate(
-    sched: tuple[tuple[Action, ...], ...], message_s: float = 0.0
+    sched: tuple[tuple[Action, ...], ...], message_s: float | Callable[[int], float] = 0.0
 ) -> tuple[float, list[float]]:
     """Makespan and per-stage finish times of a schedule when sends never block, receives
-    wait for their message (`message_s` after the send) and compute takes its seconds.
-    Raises RuntimeError on a deadlock or an unmatched message (for tests and planners)."""
+    wait for their message (`message_s` after the send, or `message_s(nbytes)`) and compute
+    takes its seconds. Raises RuntimeError on a deadlock or an unmatched message (for tests
+    and planners)."""
+    cost = message_s if callable(message_s) else (lambda nbytes: message_s)
     p = len(sched)
     pos, clock = [0] * p, [0.0] * p
     sent: dict[tuple[int, int, int], list[float]] = {}  # (src, dst, tag) -> arrival times
@@ -106,7 +109,7 @@ def simulate(
                 clock[i] += a.seconds
             elif a.kind == "send":
                 key = (i, i + a.peer, a.tag)
-                sent.setdefault(key, []).append(clock[i] + message_s)
+                sent.setdefault(key, []).append(clock[i] + cost(a.nbytes))
                 if key in blocked:
                     j = blocked.pop(key)
                     heapq.heappush(heap, (clock[j], j))

@@ -10,7 +10,6 @@ import os
 
 from commbench.errors import UsageError
 from commbench.launch import LaunchInfo
-from commbench.program import OPS
 from commbench.transport.base import Communicator
 
 BACKENDS = ("auto", "mpi", "gloo", "nccl")
@@ -47,16 +46,6 @@ def resolve_backend(name: str, launch: LaunchInfo) -> str:
             "backend mpi needs an MPI launcher (mpirun/srun); under torchrun use gloo or nccl"
         )
     return name
-
-
-def supports(backend: str, op: str, dtype: str) -> str | None:
-    """None if `backend` can run `op` on `dtype`, else a sentence saying why not."""
-    if backend == "mpi" and OPS[op].reduces and dtype in ("float16", "bfloat16"):
-        return (
-            f"MPI has no {dtype} reduction, so {op} cannot run in {dtype} on the mpi "
-            "backend: use float32, or --backend gloo/nccl"
-        )
-    return None
 
 
 def load_backend(backend: str) -> None:

@@ -138,6 +138,14 @@ class Communicator(ABC):
         """Wait for the device to finish queued work (no-op on host backends)."""
 
     # ---- timing -------------------------------------------------------------------------
+    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION) -> str:
+        """Which loop `time_loop` uses for `fn`: "native" (C) or "python"; records carry it."""
+        return "python"
+
+    def timing_info(self) -> dict:
+        """How this backend times (for meta.json): the loop, and why not native if not."""
+        return {"loop": "python"}
+
     def time_loop(self, fn: Fn, iters: int, mode: str = PER_ITERATION) -> np.ndarray:
         """Seconds per call on this rank: barrier, clock, op, device sync, clock.
 

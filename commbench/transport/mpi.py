@@ -1,19 +1,34 @@
 """mpi4py backend: numpy host buffers (or CUDA arrays where the MPI is CUDA-aware).
 
-Ops are bound once to buffer specs so each timed call is a single mpi4py method call.
-MPI has no float16/bfloat16 reductions, so those dtypes run the data-movement ops only.
+Ops are bound once to buffer specs so each timed call is a single mpi4py method call, and
+carry a native descriptor so the timed loop runs in C (transport/native.py) when the MPI's
+mpicc can build it; the Python loop is the fallback. MPI has no float16/bfloat16
+reductions, so those dtypes run the data-movement ops only.
 """
 
 from __future__ import annotations
 
+import mmap
+import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
+import mpi4py
 import numpy as np
-from mpi4py import MPI
 
-from commbench.data import storage_dtype
-from commbench.transport.base import Communicator, Fn
+# Under MPI_THREAD_MULTIPLE Open MPI locks inside every call (~100 ns here, half a shared-memory
+# allreduce). commbench calls MPI from one thread at a time (the main thread; the watchdog's
+# MPI_Abort ends the job), so it asks for "serialized". MPI4PY_RC_THREAD_LEVEL still overrides.
+mpi4py.rc.thread_level = "serialized"
+
+from mpi4py import MPI  # noqa: E402
+
+from commbench.data import storage_dtype  # noqa: E402
+from commbench.transport import native  # noqa: E402
+from commbench.transport.base import PER_ITERATION, PIPELINED, Communicator, Fn  # noqa: E402
+
+HUGE_PAGE = 2 << 20
 
 
 def _mpitype(buf: np.ndarray) -> Any:
@@ -39,15 +54,27 @@ class MPICommunicator(Communicator):
 
     backend = "mpi"
 
-    def __init__(self, comm: MPI.Intracomm, ranks: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        comm: MPI.Intracomm,
+        ranks: tuple[int, ...],
+        loop: native.NativeLoop | None = None,
+        availability: native.Availability | None = None,
+    ) -> None:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.ranks = ranks
+        self._loop = loop
+        self._availability = availability or native.Availability("python", "not loaded")
 
     @classmethod
     def world(cls) -> MPICommunicator:
-        return cls(MPI.COMM_WORLD, tuple(range(MPI.COMM_WORLD.Get_size())))
+        """The world, timing natively only if every rank can (collective)."""
+        loop, avail = native.loop()
+        if MPI.COMM_WORLD.allreduce(int(loop is not None), op=MPI.MIN) == 0 and loop:
+            loop, avail = None, native.Availability("python", "native loop missing on some rank")
+        return cls(MPI.COMM_WORLD, tuple(range(MPI.COMM_WORLD.Get_size())), loop, avail)
 
     # ---- groups and control ----
     def split(self, groups: Sequence[Sequence[int]]) -> MPICommunicator | None:
@@ -58,7 +85,8 @@ class MPICommunicator(Communicator):
         sub = self.comm.Split(color, key)
         if sub == MPI.COMM_NULL:
             return None
-        return MPICommunicator(sub, tuple(self.ranks[r] for r in groups[color]))
+        ranks = tuple(self.ranks[r] for r in groups[color])
+        return MPICommunicator(sub, ranks, self._loop, self._availability)
 
     def barrier(self) -> None:
         self.comm.Barrier()
@@ -94,7 +122,16 @@ class MPICommunicator(Communicator):
 
     # ---- buffers ----
     def alloc(self, nbytes: int) -> np.ndarray:
-        return np.zeros(nbytes, dtype=np.uint8)  # zeros touches the pages: no faults when timed
+        """Zeroed host bytes on a 2 MiB boundary, transparent huge pages requested: here a
+        4 MiB shared-memory sendrecv takes ~90 us on such pages and 200-400 us on 4 KiB ones
+        (numpy's own THP advice covers only the aligned interior). bench/floor.c does the same.
+        The checked call and the warmup touch the pages before anything is timed."""
+        mm = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            mm.madvise(mmap.MADV_HUGEPAGE)
+        raw = np.frombuffer(mm, dtype=np.uint8)
+        start = -raw.ctypes.data % HUGE_PAGE
+        return raw[start : start + nbytes]
 
     def view(self, raw: np.ndarray, nbytes: int, dtype: str, offset: int = 0) -> np.ndarray:
         return raw[offset : offset + nbytes].view(storage_dtype(dtype))
@@ -106,21 +143,30 @@ class MPICommunicator(Communicator):
         return view.copy()
 
     # ---- ops ----
+    def _bound(self, call: Fn, kind: str, send, recv, count: int, **kw) -> native.BoundOp:
+        """`call` through mpi4py, plus the descriptor the native loop times."""
+        if self._loop is None:
+            return native.BoundOp(call, None, None)
+        desc = native.describe(kind, self.comm, _mpitype(recv), send, recv, count, **kw)
+        if desc is None:
+            return native.BoundOp(call, None, None)
+        return native.BoundOp(call, desc[0], self._loop, keep=desc[1])
+
     def allreduce(self, send: np.ndarray, recv: np.ndarray) -> Fn:
-        f, s, r, op = self.comm.Allreduce, _spec(send), _spec(recv), MPI.SUM
-        return lambda: f(s, r, op)
+        call = partial(self.comm.Allreduce, _spec(send), _spec(recv), MPI.SUM)
+        return self._bound(call, "allreduce", send, recv, send.size)
 
     def allgather(self, send: np.ndarray, recv: np.ndarray) -> Fn:
-        f, s, r = self.comm.Allgather, _spec(send), _spec(recv)
-        return lambda: f(s, r)
+        call = partial(self.comm.Allgather, _spec(send), _spec(recv))
+        return self._bound(call, "allgather", send, recv, send.size)
 
     def reduce_scatter(self, send: np.ndarray, recv: np.ndarray) -> Fn:
-        f, s, r, op = self.comm.Reduce_scatter_block, _spec(send), _spec(recv), MPI.SUM
-        return lambda: f(s, r, op)
+        call = partial(self.comm.Reduce_scatter_block, _spec(send), _spec(recv), MPI.SUM)
+        return self._bound(call, "reduce_scatter", send, recv, recv.size)
 
     def alltoall(self, send: np.ndarray, recv: np.ndarray) -> Fn:
-        f, s, r = self.comm.Alltoall, _spec(send), _spec(recv)
-        return lambda: f(s, r)
+        call = partial(self.comm.Alltoall, _spec(send), _spec(recv))
+        return self._bound(call, "alltoall", send, recv, send.size // self.size)
 
     def alltoallv(
         self,
@@ -131,25 +177,27 @@ class MPICommunicator(Communicator):
         rcounts: Sequence[int],
         rdispls: Sequence[int],
     ) -> Fn:
-        f = self.comm.Alltoallv
         s = [send, (list(scounts), list(sdispls)), _mpitype(send)]
         r = [recv, (list(rcounts), list(rdispls)), _mpitype(recv)]
-        return lambda: f(s, r)
+        vcounts = (list(scounts), list(sdispls), list(rcounts), list(rdispls))
+        call = partial(self.comm.Alltoallv, s, r)
+        return self._bound(call, "alltoallv", send, recv, 0, vcounts=vcounts)
 
     def broadcast(self, buf: np.ndarray, root: int) -> Fn:
-        f, b = self.comm.Bcast, _spec(buf)
-        return lambda: f(b, root)
+        call = partial(self.comm.Bcast, _spec(buf), root)
+        return self._bound(call, "broadcast", None, buf, buf.size, root=root)
 
     def reduce(self, send: np.ndarray, recv: np.ndarray, root: int) -> Fn:
-        f, s, r, op = self.comm.Reduce, _spec(send), _spec(recv), MPI.SUM
-        return lambda: f(s, r, op, root)
+        call = partial(self.comm.Reduce, _spec(send), _spec(recv), MPI.SUM, root)
+        return self._bound(call, "reduce", send, recv, send.size, root=root)
 
     def sendrecv(
         self, send: np.ndarray, dest: int | None, recv: np.ndarray, source: int | None
     ) -> Fn:
-        f, s, r = self.comm.Sendrecv, _spec(send), _spec(recv)
+        assert send.size == recv.size, (send.size, recv.size)
         d, src = _nproc(dest), _nproc(source)
-        return lambda: f(s, d, 0, r, src, 0)
+        call = partial(self.comm.Sendrecv, _spec(send), d, 0, _spec(recv), src, 0)
+        return self._bound(call, "sendrecv", send, recv, send.size, dest=d, source=src)
 
     def pingpong(self, buf: np.ndarray, peer: int, initiator: bool) -> Fn:
         send, recv, b = self.comm.Send, self.comm.Recv, _spec(buf)
@@ -164,7 +212,7 @@ class MPICommunicator(Communicator):
                 recv(b, peer, 1)
                 send(b, peer, 1)
 
-        return fn
+        return self._bound(fn, "pingpong", None, buf, buf.size, dest=peer, initiator=initiator)
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> MPI.Request:
         return self.comm.Isend(_spec(buf), dest, tag)
@@ -174,3 +222,33 @@ class MPICommunicator(Communicator):
 
     def waitall(self, requests: list[Any]) -> None:
         MPI.Request.Waitall(requests)
+
+    # ---- timing ----
+    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION) -> str:
+        return "native" if getattr(fn, "native", None) is not None else "python"
+
+    def timing_info(self) -> dict:
+        return {**self._availability.as_meta(), "host_buffers": "2 MiB aligned, THP advised"}
+
+    def time_loop(self, fn: Fn, iters: int, mode: str = PER_ITERATION) -> np.ndarray:
+        """Seconds per call: in C when `fn` carries a native descriptor, else in Python with
+        nothing but the mpi4py call between the clocks (host buffers: no device sync)."""
+        desc = getattr(fn, "native", None)
+        if desc is not None:
+            return self._loop.time(desc, iters, mode == PIPELINED)
+        call = getattr(fn, "call", fn)
+        barrier, clock = self.comm.Barrier, time.perf_counter
+        out = np.empty(iters)
+        if mode == PIPELINED:
+            barrier()
+            t0 = clock()
+            for _ in range(iters):
+                call()
+            out.fill((clock() - t0) / iters)
+            return out
+        for i in range(iters):
+            barrier()
+            t0 = clock()
+            call()
+            out[i] = clock() - t0
+        return out

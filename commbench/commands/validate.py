@@ -1,0 +1,165 @@
+"""Check a calibration against measured suites: every suite point's predicted time (its Program
+rebuilt from the record and priced as `commbench plan` prices it) next to the measured one.
+
+    commbench validate --calibration cal.json results/RUN [RUN...]
+    commbench validate --calibration cal.json results/RUN --json -o validation.json
+
+Per point: measured and predicted time, the relative error (predicted - measured) / measured,
+and why a point could not be predicted (a size, op, group size or link class the calibration
+did not measure: pass --extrapolate to let it scale). Then per pattern the median and max
+|error|. Reads records and the calibration only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "compare a calibration's predictions with measured suite points"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="suite run directories")
+    p.add_argument("--calibration", required=True, metavar="FILE", help="calibration JSON")
+    p.add_argument(
+        "--extrapolate",
+        action="store_true",
+        help="let predictions extrapolate beyond what the calibration measured (marked)",
+    )
+    p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
+    p.add_argument("-o", "--output", default=None, help="also write rows and summary as JSON")
+    p.add_argument("--steps", action="store_true", help="also print every step's comparison")
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v * 1e3:.3f}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:+.1f}"
+
+
+def print_rows(rows, summary, cal, steps: bool, out) -> None:
+    from commbench.console import Column, Table
+
+    w = out.write
+    w(f"# commbench validate: {len(rows)} point(s) against {cal.source} [{cal.kind}]\n")
+    w(
+        "# measured = the suite's time (sum of median x repeat over steps); predicted = the "
+        "same Program priced by the calibration; error = (predicted - measured) / measured\n"
+    )
+    t = Table(
+        [
+            Column("run", "", 22),
+            Column("pt", "", 3),
+            Column("pattern", "", 11),
+            Column("model", "", 12),
+            Column("config", "", 22),
+            Column("options", "", 16),
+            Column("measured", "(ms)", 11),
+            Column("predicted", "(ms)", 11),
+            Column("error", "(%)", 8),
+            Column("note", "", 4),
+        ],
+        out,
+    )
+    for r in rows:
+        note = ("x" if r["measured_extrapolated"] else "") + (
+            "*" if r["predicted_extrapolated"] else ""
+        )
+        t.row(
+            r["run_id"][-22:],
+            r["point"],
+            r["pattern"],
+            r["model"] or "-",
+            r["config"],
+            r["options"] or "-",
+            _ms(r["measured_s"]),
+            _ms(r["predicted_s"]),
+            _pct(r["rel_error"]),
+            note or "-",
+        )
+        if r["status"] != "ok":
+            w(f"#   not predicted: {r['why']}\n")
+        if steps:
+            for s in r["steps"]:
+                w(
+                    f"#   step {s['index']:>3} {s['op']:<14} {s['axis']:<8} p={s['group_size']:<3} "
+                    f"{s['link_class']:<5} {s['bytes']:>10} B x {s['repeat']:<6g} measured "
+                    f"{_ms(s['measured_s'])} ms predicted {_ms(s['predicted_s'])} ms "
+                    f"({_pct(s['rel_error'])}%) {s['error'] or s['method']}\n"
+                )
+    w(
+        "# note x: the suite measured a chunk of a step larger than --max-bytes and scaled it; "
+        "*: a prediction extrapolated beyond the calibration\n"
+    )
+    w("#\n# summary per pattern (|error| = |predicted - measured| / measured)\n")
+    s = Table(
+        [
+            Column("pattern", "", 12),
+            Column("points", "", 6),
+            Column("skipped", "", 7),
+            Column("median|err|", "(%)", 11),
+            Column("max|err|", "(%)", 9),
+            Column("median err", "(signed %)", 10),
+            Column("<=20%", "(share)", 7),
+        ],
+        out,
+    )
+    for x in summary:
+        s.row(
+            x["pattern"],
+            x["points"],
+            x["not_predicted"],
+            "-" if x["median_abs_error"] is None else f"{100 * x['median_abs_error']:.1f}",
+            "-" if x["max_abs_error"] is None else f"{100 * x['max_abs_error']:.1f}",
+            _pct(x["median_rel_error"]),
+            "-" if x["within_20pct"] is None else f"{x['within_20pct']:.2f}",
+        )
+
+
+def main(args: argparse.Namespace) -> int:
+    from commbench import calibration, validate
+    from commbench.errors import UsageError
+    from commbench.results import read_run
+
+    cal = calibration.load(args.calibration)
+    runs = [read_run(p) for p in args.runs]
+    rows = validate.compare(runs, cal, args.extrapolate)
+    if not rows:
+        raise UsageError(
+            f"no suite point records in {', '.join(args.runs)} (validate reads `commbench "
+            "suite` runs; `commbench run` sweeps have no Programs to predict)"
+        )
+    if not any(r["status"] == "ok" for r in rows):
+        raise UsageError(
+            f"none of the {len(rows)} point(s) could be predicted: {rows[0]['why']}"
+            + ("" if args.extrapolate else " (or pass --extrapolate)")
+        )
+    summary = validate.summarize(rows)
+    doc = {
+        "schema": "commbench.validate/1",
+        "calibration": {"path": cal.source, "kind": cal.kind},
+        "runs": [str(r.path) for r in runs],
+        "extrapolate": args.extrapolate,
+        "summary": summary,
+        "rows": rows,
+    }
+    if args.output:
+        from pathlib import Path
+
+        from commbench.results import write_json_atomic
+
+        out = Path(args.output)
+        if out.parent and not out.parent.exists():
+            raise UsageError(f"-o {args.output}: directory {out.parent} does not exist")
+        write_json_atomic(out, doc)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print_rows(rows, summary, cal, args.steps, sys.stdout)
+    if args.output:
+        print(f"validation: {args.output}")
+    return 0

@@ -1,0 +1,298 @@
+"""A Program's predicted time through a calibration: the one evaluation `plan` and `validate` share.
+
+Each Step is priced as the suite would run it (DESIGN.md section 2: the same Program is executed
+to measure it and evaluated to predict it), by `Calibration.explain` at the step's S, group size
+and link class, times its repeat. The rules, in order:
+
+- backend: a reduction the calibration's backend cannot do in the step's dtype runs as float32
+  (execution.substitute_dtype, as the suite does: MPI has no 16-bit reductions);
+- dtype: a reduction is priced in its own dtype (strict: predict refuses another); a data-movement
+  op (all-gather, all-to-all(v), broadcast, send/recv, pipeline messages) moves bytes whatever
+  the element type, so when the calibration measured that op, link and group size only in other
+  dtypes, the one of the same element size (else any) prices it by bytes, and the step says so;
+- alltoallv: S is the busiest rank's bytes, the largest of any rank's send or receive total (the
+  rank that finishes last under router skew; the calibration's all-to-all series take S = one
+  rank's send buffer, DESIGN.md section 4);
+- p2p_schedule (a pipeline): the per-position action lists are simulated (patterns.pp.simulate:
+  non-blocking sends, blocking receives, compute as given, as the runner executes them), every
+  message taking predict("sendrecv", bytes, 2, link of the axis): one pair of neighbours. The
+  step's time is the makespan (it includes the schedule's own compute, like the suite's point
+  records); its communication is the makespan minus the makespan with free messages, i.e. the
+  message time left on the critical path.
+
+Predictions are cached per (op, bytes, group size, link class, dtype), so a planner evaluating
+thousands of configs prices each distinct message once. Pure: never imports a transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from commbench.calibration import Calibration, Prediction
+from commbench.errors import UsageError
+from commbench.fitdata import canonical_dtype_name
+from commbench.layout import ParallelLayout
+from commbench.patterns.base import resolve_axis
+from commbench.program import DTYPE_SIZES, OPS, Program, Step, record_bytes
+
+DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
+P2P_OP = "sendrecv"  # a pipeline message is priced as one send/recv between two neighbours
+P2P_GROUP = 2
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One cached prediction: seconds per op and how it was obtained (or why it could not be)."""
+
+    seconds: float | None
+    method: str
+    extrapolated: bool = False
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass
+class StepEstimate:
+    """A Program step's prediction: per op, in total (x repeat) and the communication part."""
+
+    index: int
+    op: str
+    axis: str
+    phase: str
+    label: str
+    dtype: str  # the dtype the step was priced in
+    nbytes: int  # S priced (alltoallv: the busiest rank's bytes; p2p_schedule: one message)
+    repeat: float
+    group_size: int
+    link_class: str
+    per_op_s: float | None
+    total_s: float | None
+    comm_s: float | None  # total_s, or for a schedule the message time on its critical path
+    method: str
+    extrapolated: bool = False
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ProgramEstimate:
+    """Every step's estimate of one Program; totals are None when a step could not be priced."""
+
+    pattern: str
+    steps: list[StepEstimate]
+
+    @property
+    def error(self) -> str | None:
+        return next((s.error for s in self.steps if s.error), None)
+
+    @property
+    def total_s(self) -> float | None:
+        return None if self.error else sum(s.total_s for s in self.steps)
+
+    @property
+    def comm_s(self) -> float | None:
+        return None if self.error else sum(s.comm_s for s in self.steps)
+
+    @property
+    def extrapolated(self) -> bool:
+        return any(s.extrapolated for s in self.steps)
+
+    def phase_comm_s(self, phase: str) -> float:
+        """Communication seconds of the steps of one phase (forward, backward, ...)."""
+        return sum(s.comm_s or 0.0 for s in self.steps if s.phase == phase)
+
+
+def busiest_bytes(step: Step) -> int:
+    """S at which a step is priced: alltoallv the largest per-rank send or receive total."""
+    if step.op == "alltoallv":
+        sent = max(sum(row) for row in step.split)
+        received = max(sum(col) for col in zip(*step.split))
+        return max(sent, received)
+    return record_bytes(step)
+
+
+class Evaluator:
+    """Prices Steps and Programs through one calibration, caching each distinct prediction.
+
+    `backend` selects the calibration's backend (None: its only one); `extrapolate` is passed to
+    Calibration.explain (see calibration.py for the rule)."""
+
+    def __init__(
+        self, calibration: Calibration, backend: str | None = None, extrapolate: bool = False
+    ) -> None:
+        self.cal = calibration
+        self.extrapolate = extrapolate
+        backends = calibration.backends
+        if backend is None and len(backends) == 1:
+            backend = backends[0]
+        if backend is not None and backends and backend not in backends:
+            raise UsageError(
+                f"backend {backend!r} is not in {calibration.source} (it has {', '.join(backends)})"
+            )
+        self.backend = backend
+        self._cache: dict[tuple, Priced] = {}
+        self._free: dict[int, float] = {}
+        self._keep: list = []
+        self._dtypes: dict[tuple, set[str]] = {}
+        for s in calibration.series:
+            k = s.key
+            self._dtypes.setdefault((k.backend, k.op, k.link_class, k.group_size), set()).add(
+                k.dtype
+            )
+
+    # ---- one op ----------------------------------------------------------------------------
+    def measured_dtypes(self, op: str, p: int, link_class: str) -> set[str]:
+        """dtypes the calibration measured op at group size p on link_class (this backend)."""
+        ops = (op, "alltoall") if op == "alltoallv" else (op,)
+        out: set[str] = set()
+        for (be, o, link, g), dts in self._dtypes.items():
+            if o in ops and link == link_class and g == p and (self.backend in (None, be)):
+                out |= dts
+        return out
+
+    def price_dtype(self, op: str, p: int, link_class: str, dtype: str) -> tuple[str, str | None]:
+        """(dtype to ask predict for, note): a data-movement op measured only in other dtypes is
+        priced by bytes from one of them (same element size first)."""
+        measured = self.measured_dtypes(op, p, link_class)
+        if not measured or dtype in measured or op not in DATA_MOVEMENT:
+            return dtype, None
+        size = DTYPE_SIZES.get(dtype)
+        use = sorted(measured, key=lambda d: (DTYPE_SIZES.get(d) != size, d))[0]
+        return use, f"{dtype} {op} priced by bytes from the {use} series (no reduction)"
+
+    def price(self, op: str, nbytes: int, p: int, link_class: str, dtype: str) -> Priced:
+        """Seconds of one op (cached); a calibration that cannot price it gives `error`."""
+        dtype = canonical_dtype_name(dtype)
+        key = (op, nbytes, p, link_class, dtype)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        use, note = self.price_dtype(op, p, link_class, dtype) if p > 1 else (dtype, None)
+        try:
+            pred: Prediction = self.cal.explain(
+                op, nbytes, p, link_class, use, self.backend, self.extrapolate
+            )
+        except UsageError as e:
+            priced = Priced(None, "not priced", error=str(e))
+        else:
+            notes = tuple(n for n in [note, *pred.notes] if n)
+            priced = Priced(pred.seconds, pred.method, pred.extrapolated, notes)
+        self._cache[key] = priced
+        return priced
+
+    # ---- one step --------------------------------------------------------------------------
+    def step(self, index: int, step: Step, size: int, link_class: str) -> StepEstimate:
+        """Estimate of one Program step run on groups of `size` over `link_class`."""
+        from commbench.execution import substitute_dtype
+
+        run = step
+        if self.backend is not None and size > 1 and step.op in OPS and OPS[step.op].reduces:
+            run, _ = substitute_dtype(step, size, self.backend)
+        base = dict(
+            index=index,
+            op=step.op,
+            axis=step.axis,
+            phase=step.phase,
+            label=step.label,
+            dtype=run.dtype,
+            repeat=step.repeat,
+            group_size=size,
+            link_class=link_class,
+        )
+        if step.op == "p2p_schedule":
+            return self._schedule(step, base)
+        nbytes = busiest_bytes(run)
+        pr = self.price(step.op, nbytes, size, link_class, run.dtype)
+        if pr.error:
+            return StepEstimate(
+                **base,
+                nbytes=nbytes,
+                per_op_s=None,
+                total_s=None,
+                comm_s=None,
+                method=pr.method,
+                error=pr.error,
+            )
+        total = pr.seconds * step.repeat
+        notes = list(pr.notes)
+        if run.dtype != step.dtype:
+            notes.insert(0, f"{step.dtype} runs as {run.dtype} on {self.backend}")
+        return StepEstimate(
+            **base,
+            nbytes=nbytes,
+            per_op_s=pr.seconds,
+            total_s=total,
+            comm_s=total,
+            method=pr.method,
+            extrapolated=pr.extrapolated,
+            notes=notes,
+        )
+
+    def _schedule(self, step: Step, base: dict) -> StepEstimate:
+        """Simulate a p2p schedule with every message priced as a neighbour send/recv."""
+        from commbench.patterns.pp import simulate
+
+        link = base["link_class"]
+        sizes = sorted({a.nbytes for acts in step.schedule for a in acts if a.kind == "send"})
+        priced = {n: self.price(P2P_OP, n, P2P_GROUP, link, step.dtype) for n in sizes}
+        failed = [p for p in priced.values() if p.error]
+        used = [p for p in priced.values() if not p.error]
+        nbytes = step.nbytes  # one message (record_bytes would be the busiest position's sum)
+        if failed:
+            return StepEstimate(
+                **base,
+                nbytes=nbytes,
+                per_op_s=None,
+                total_s=None,
+                comm_s=None,
+                method="not priced",
+                error=f"pipeline messages: {failed[0].error}",
+            )
+        seconds = {n: p.seconds for n, p in priced.items()}
+        makespan, _ = simulate(step.schedule, seconds.__getitem__)
+        free = self._free.get(id(step.schedule))
+        if free is None:  # the makespan with free messages depends on the schedule only
+            free = self._free[id(step.schedule)] = simulate(step.schedule, 0.0)[0]
+            self._keep.append(step.schedule)  # keep the id valid while cached
+        total = makespan * step.repeat
+        first = used[0] if used else Priced(0.0, "no messages")
+        return StepEstimate(
+            **base,
+            nbytes=nbytes,
+            per_op_s=makespan,
+            total_s=total,
+            comm_s=(makespan - free) * step.repeat,
+            method=f"1F1B simulated, messages by {P2P_OP} p=2: {first.method}",
+            extrapolated=any(p.extrapolated for p in used),
+            notes=sorted({n for p in used for n in p.notes}),
+        )
+
+    # ---- one program -----------------------------------------------------------------------
+    def program(
+        self,
+        program: Program,
+        layout: ParallelLayout,
+        link_classes: dict[str, str] | None = None,
+        placement: Callable[[str], tuple[int, str]] | None = None,
+    ) -> ProgramEstimate:
+        """Estimate every step of `program` on `layout`; `link_classes` (axis -> class, e.g. from
+        a point record) overrides the layout's own placement."""
+        steps = []
+        seen: dict[str, tuple[int, str]] = {}
+        for i, st in enumerate(program.steps):
+            where = seen.get(st.axis)
+            if where is None:
+                if placement is not None:
+                    where = placement(st.axis)
+                else:
+                    info = resolve_axis(layout, st.axis)
+                    where = (info.size, info.link_class)
+                if link_classes and st.axis in link_classes:
+                    where = (where[0], link_classes[st.axis])
+                seen[st.axis] = where
+            steps.append(self.step(i, st, *where))
+        return ProgramEstimate(program.pattern, steps)

@@ -1,0 +1,154 @@
+"""A suite `pp` point as a 1F1B timeline: which stage runs which pass when, and the bubble.
+
+The point's Program is rebuilt (patterns.rebuild) and its p2p_schedule actions replayed with
+the model of pp.simulate (a compute takes its seconds, a send never blocks and its message
+arrives `message_s` later, a receive waits for it), keeping each pass's start and end. Compute
+comes from the point's synthetic compute_ms; the message time is the one value that makes the
+replayed step as long as the measured one (bisection; the makespan grows with it). A point run
+without synthetic compute is drawn in units of one forward pass (backward = backward_factor).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from commbench.patterns import pp
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward (F) or backward (B) pass of a micro-batch on a stage, [start, end)."""
+
+    stage: int
+    direction: str
+    micro_batch: int
+    start: float
+    end: float
+
+
+@dataclass
+class Timeline:
+    """The replayed schedule of one point and what it says about the bubble."""
+
+    label: str
+    stages: int
+    micro_batches: int
+    passes: list[Pass]
+    makespan: float
+    message_s: float
+    unit: str  # "s": seconds from the run; "forward": units of one forward pass
+    bubble_theory: float
+    bubble_measured: float | None
+    measured_s: float | None
+    note: str = ""
+
+    def idle_fraction(self, stage: int) -> float:
+        """Share of the makespan a stage spends not computing (its bubble)."""
+        busy = sum(p.end - p.start for p in self.passes if p.stage == stage)
+        return 1.0 - busy / self.makespan if self.makespan > 0 else 0.0
+
+
+def _pass_of(acts, k: int) -> tuple[str, int]:
+    """(F|B, micro-batch) of compute action k: the tag of the receive just before it (a pass
+    is recv, compute, send), else of the send just after it (the first/last stage)."""
+    if k > 0 and acts[k - 1].kind == "recv":
+        tag = acts[k - 1].tag
+    else:
+        assert k + 1 < len(acts) and acts[k + 1].kind == "send", "compute without a message"
+        tag = acts[k + 1].tag
+    direction, micro = tag % 2, tag // 2
+    return ("F" if direction == pp.FWD else "B"), micro
+
+
+def replay(schedule, message_s: float) -> tuple[list[Pass], float]:
+    """Every compute of `schedule` (per-stage Action tuples) as a Pass, and the makespan."""
+    p = len(schedule)
+    pos, clock = [0] * p, [0.0] * p
+    sent: dict[tuple[int, int, int], list[float]] = {}
+    blocked: dict[tuple[int, int, int], int] = {}
+    heap = [(0.0, i) for i in range(p)]
+    passes: list[Pass] = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        acts = schedule[i]
+        while pos[i] < len(acts):
+            a = acts[pos[i]]
+            if a.kind == "compute":
+                d, mb = _pass_of(acts, pos[i])
+                passes.append(Pass(i, d, mb, clock[i], clock[i] + a.seconds))
+                clock[i] += a.seconds
+            elif a.kind == "send":
+                key = (i, i + a.peer, a.tag)
+                sent.setdefault(key, []).append(clock[i] + message_s)
+                if key in blocked:
+                    j = blocked.pop(key)
+                    heapq.heappush(heap, (clock[j], j))
+            else:
+                key = (i + a.peer, i, a.tag)
+                if not sent.get(key):
+                    blocked[key] = i
+                    break
+                clock[i] = max(clock[i], sent[key].pop(0))
+            pos[i] += 1
+    assert all(pos[i] == len(schedule[i]) for i in range(p)), f"schedule deadlocks at {pos}"
+    return passes, max(clock, default=0.0)
+
+
+def message_time(schedule, measured_s: float, iters: int = 60) -> float:
+    """The per-message time at which the replay lasts `measured_s` (0 if compute alone does)."""
+    if replay(schedule, 0.0)[1] >= measured_s:
+        return 0.0
+    lo, hi = 0.0, measured_s
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if replay(schedule, mid)[1] < measured_s:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def timeline(point: dict, run: str = "") -> Timeline | None:
+    """The timeline of a suite `pp` point record of run `run`; None when it has no pipeline
+    (pp = 1)."""
+    from commbench import patterns
+
+    _layout, _model, options, program = patterns.rebuild(point)
+    steps = [s for s in program.steps if s.op == "p2p_schedule"]
+    if not steps:
+        return None
+    sched = steps[0].schedule
+    p, m = len(sched), options.micro_batches
+    measured = point.get("time_us")
+    measured_s = measured * 1e-6 if isinstance(measured, (int, float)) else None
+    has_compute = any(a.kind == "compute" for acts in sched for a in acts)
+    cfg = point.get("config", {})
+    label = (
+        f"{point.get('model') or '-'} {cfg.get('label', '')} m={m} (run {point.get('run_id', '?')})"
+    )
+    if has_compute and measured_s:
+        msg = message_time(sched, measured_s)
+        unit, note = "s", ""
+    else:
+        sched = pp.schedule(p, m, steps[0].nbytes, 1.0, options.backward_factor)
+        msg, unit = 0.0, "forward"
+        note = (
+            "run without synthetic compute: passes drawn in units of one forward pass "
+            f"(backward = {options.backward_factor:g}), messages instantaneous"
+        )
+    passes, makespan = replay(sched, msg)
+    bubble = point.get("bubble_measured")
+    return Timeline(
+        label,
+        p,
+        m,
+        passes,
+        makespan,
+        msg,
+        unit,
+        pp.bubble_fraction(p, m),
+        bubble if isinstance(bubble, (int, float)) else None,
+        measured_s,
+        note,
+    )

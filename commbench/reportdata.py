@@ -1,0 +1,375 @@
+"""What the report draws, taken from runs, a calibration and plan files (records only, no
+transport): which runs to show, measured series with their fits, suite points, EP loads,
+validation rows and planner configs. Each extractor returns plain data plus what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from commbench.errors import UsageError
+from commbench.fitdata import SeriesKey, collect
+from commbench.patterns.base import options_label
+from commbench.results import Run, is_run_dir, read_run
+
+# suite options shown short in labels (as `commbench suite` prints them)
+
+
+# ---- which runs ----------------------------------------------------------------------------
+def run_started(run: Run) -> float:
+    """When a run started: meta start_time, else the directory's modification time."""
+    t = run.meta.get("start_time")
+    return float(t) if isinstance(t, (int, float)) else run.path.stat().st_mtime
+
+
+def run_kind(run: Run) -> str:
+    """What a run measured, so that a newer run of the same kind supersedes an older one:
+    `suite NAME`, `run OP p=N`, `import TOOL OP p=N`, plus backend and world size."""
+    first = run.records[0] if run.records else {}
+    sub = run.meta.get("subcommand") or ("import" if run.meta.get("source") else "run")
+    backend = run.meta.get("backend") or first.get("backend", "?")
+    world = run.meta.get("world_size") or first.get("world_size", "?")
+    where = f"{backend} world {world}"
+    if sub == "suite":
+        words = (run.meta.get("command") or "").split()
+        name = first.get("suite") or (words[2] if len(words) > 2 else "?")
+        return f"suite {name}, {where}"
+    if first:
+        stride = f" stride {first['stride']}" if first.get("stride") else ""
+        what = f"{first.get('op')} p={first.get('group_size')}{stride} {first.get('link_class')}"
+        tool = (first.get("source") or {}).get("tool") if sub == "import" else None
+        return f"{sub}{' ' + tool if tool else ''} {what}, {where}"
+    return f"{sub} (no records) {run.meta.get('command', run.path.name)}"
+
+
+def check_run_dirs(paths: list[Path]) -> None:
+    """Refuse a directory that is not a run, saying so (and when it holds runs, which)."""
+    for p in paths:
+        if p.is_dir() and not is_run_dir(p):
+            inner = sorted(q.name for q in p.iterdir() if q.is_dir() and is_run_dir(q))
+            hint = (
+                f" (it holds {len(inner)} run(s), e.g. {', '.join(inner[:3])}: pass those, "
+                f"or --results {p} for the newest of each kind)"
+                if inner
+                else ""
+            )
+            raise UsageError(f"{p}: not a run directory (no records.jsonl or meta.json){hint}")
+
+
+def select_runs(root: Path, every: bool = False) -> tuple[list[Run], list[str]]:
+    """The newest run of each kind under `root` (every run with `every`), newest first, and
+    a line per superseded run."""
+    if not root.is_dir():
+        raise UsageError(f"{root}: no results directory (run `commbench run` or `suite` first)")
+    runs = [read_run(p) for p in sorted(root.iterdir()) if p.is_dir() and is_run_dir(p)]
+    if not runs:
+        raise UsageError(
+            f"{root}: holds no run (run `mpirun -n 4 commbench suite smoke` or `make report`)"
+        )
+    runs.sort(key=run_started, reverse=True)
+    if every:
+        return runs, []
+    chosen: dict[str, Run] = {}
+    skipped = []
+    for r in runs:
+        k = run_kind(r)
+        if k in chosen:
+            skipped.append(f"{r.path.name} ({k}; superseded by {chosen[k].path.name})")
+        else:
+            chosen[k] = r
+    return list(chosen.values()), skipped
+
+
+# ---- measured series and their fits ------------------------------------------------------
+@dataclass
+class Curve:
+    """One measured series (as the fitter groups records) and its fit, when there is one."""
+
+    key: SeriesKey
+    x: np.ndarray  # bytes
+    t: np.ndarray  # seconds
+    model: object | None = None  # calibration.SeriesModel of the same key
+    missing: str = ""  # why there is no fit
+
+    def fitted(self, nbytes) -> np.ndarray:
+        """Seconds the fit predicts at each size (the segment holding it)."""
+        assert self.model is not None
+        return np.array([self.model.at(float(b)) for b in np.atleast_1d(nbytes)])
+
+    def residuals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes, (measured - fitted) / fitted) of the points within the fit's range."""
+        m = self.model
+        keep = (self.x >= m.bytes_min) & (self.x <= m.bytes_max)
+        x, t = self.x[keep], self.t[keep]
+        pred = self.fitted(x)
+        return x, (t - pred) / pred
+
+
+def curves(runs: list[Run], cal=None) -> tuple[list[Curve], list[str]]:
+    """Measured primitive-op series of `runs` (collective and suite step records, as `commbench
+    fit` groups them; wrong > 0 left out) matched to `cal`'s series of the same key."""
+    collected = collect([(r, []) for r in runs])
+    models = {s.key: s for s in cal.series} if cal is not None else {}
+    skipped = {}
+    if cal is not None:
+        for s in cal.doc.get("skipped", []):
+            skipped[SeriesKey.from_dict(s)] = s.get("reason", "")
+    out, notes = [], []
+    for key in sorted(collected.series):
+        data = collected.series[key]
+        if not data.x:
+            notes.append(f"{key.label()}: no usable point (all wrong or without a time)")
+            continue
+        x, t = data.arrays()
+        model = models.get(key)
+        missing = ""
+        if cal is None:
+            missing = "no calibration"
+        elif model is None:
+            why = skipped.get(key)
+            missing = f"not fitted in {cal.source}" + (f": {why}" if why else "")
+        out.append(Curve(key, x, t, model, missing))
+    return out, notes
+
+
+# ---- suite points ------------------------------------------------------------------------
+@dataclass
+class PointRow:
+    """A suite point: its configuration and its communication time split by op@axis."""
+
+    run_id: str
+    index: int
+    pattern: str
+    model: str
+    config: str
+    options: str
+    time_us: float
+    breakdown: dict[str, float]  # op@axis -> microseconds
+    bytes: int | None = None
+    busbw_GBps: float | None = None
+    wrong: int = 0
+    extrapolated: bool = False
+    complete: bool = True  # False: the point record is missing, built from its step records
+    record: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        opts = f" [{self.options}]" if self.options not in ("", "-") else ""
+        return f"{self.model} {self.config}{opts}"
+
+
+def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
+    """Suite points: from `point` records, or from the `step` records of a point whose own
+    record never came (a run cut short), marked incomplete."""
+    rows, notes = [], []
+    for run in runs:
+        seen = set()
+        for rec in run.records:
+            if rec.get("kind") != "point":
+                continue
+            seen.add(rec.get("point"))
+            cfg = rec.get("config") or {}
+            rows.append(
+                PointRow(
+                    run.path.name,
+                    rec.get("point", -1),
+                    rec.get("pattern", "?"),
+                    rec.get("model") or "-",
+                    cfg.get("label", "?"),
+                    options_label(rec.get("swept")),
+                    float(rec["time_us"]),
+                    {k: float(v["time_us"]) for k, v in (rec.get("breakdown") or {}).items()},
+                    rec.get("bytes"),
+                    rec.get("busbw_GBps"),
+                    int(rec.get("wrong") or 0),
+                    bool(rec.get("extrapolated")),
+                    True,
+                    rec,
+                )
+            )
+        orphans: dict[int, list[dict]] = {}
+        for rec in run.records:
+            if rec.get("kind") == "step" and rec.get("point") not in seen:
+                orphans.setdefault(rec.get("point"), []).append(rec)
+        for idx, steps in orphans.items():
+            first = steps[0]
+            bd: dict[str, float] = {}
+            for s in steps:
+                key = f"{s['op']}@{s.get('axis', '?')}"
+                bd[key] = bd.get(key, 0.0) + float(s.get("time_total_us", s["time_us"]))
+            rows.append(
+                PointRow(
+                    run.path.name,
+                    idx,
+                    first.get("pattern", "?"),
+                    first.get("model") or "-",
+                    (first.get("config") or {}).get("label", "?"),
+                    "-",
+                    sum(bd.values()),
+                    bd,
+                    wrong=sum(int(s.get("wrong") or 0) for s in steps),
+                    extrapolated=any(s.get("extrapolated") for s in steps),
+                    complete=False,
+                    notes=[f"{len(steps)} measured step(s), no point record (run cut short)"],
+                )
+            )
+            notes.append(
+                f"{run.path.name}: point {idx} ({first.get('pattern')}) has {len(steps)} step "
+                "record(s) but no point record: the run stopped inside it; its bar shows the "
+                "steps measured"
+            )
+    return rows, notes
+
+
+# ---- EP ------------------------------------------------------------------------------------
+@dataclass
+class EPLoad:
+    """Tokens per expert and per destination EP rank of one EP point's router."""
+
+    label: str
+    experts: list[int]  # tokens routed to each expert (after capacity), one MoE layer
+    per_rank: list[int]  # tokens each destination EP rank receives
+    imbalance: float  # max/mean tokens per expert after capacity
+    router_imbalance: float | None
+    dropped: float | None
+    capacity: int | None
+
+
+def ep_loads(rows: list[PointRow]) -> list[EPLoad]:
+    """From each EP point record's meta (expert_load per expert; ranks own contiguous blocks
+    of E/ep experts, Megatron's local experts)."""
+    out = []
+    for r in rows:
+        meta = (r.record or {}).get("meta") or {}
+        load = meta.get("expert_load")
+        if r.pattern != "ep" or not load:
+            continue
+        ep = int(((r.record or {}).get("config") or {}).get("ep") or 1)
+        per_rank = np.asarray(load).reshape(ep, -1).sum(axis=1).tolist() if ep > 1 else [sum(load)]
+        router = ((r.record or {}).get("options") or {}).get("router", "?")
+        others = " ".join(x for x in r.options.split() if not x.startswith("router=") and x != "-")
+        out.append(
+            EPLoad(
+                f"{router}: {r.model} {r.config}" + (f" [{others}]" if others else ""),
+                [int(v) for v in load],
+                [int(v) for v in per_rank],
+                float(meta.get("imbalance") or max(load) / (sum(load) / len(load))),
+                meta.get("router_imbalance"),
+                meta.get("dropped_fraction"),
+                meta.get("capacity"),
+            )
+        )
+    return out
+
+
+# ---- validation (commbench.validate, written alongside) --------------------------------------
+def validation(runs: list[Run], cal) -> tuple[list[dict], list[dict], str]:
+    """(rows, summary, why empty) from commbench.validate: compare(runs, calibration,
+    extrapolate=False) -> rows with pattern, config, model, measured_s, predicted_s, rel_error,
+    status; summarize(rows) -> per pattern points, median_abs_error, max_abs_error. The one
+    place the report depends on that module's contract."""
+    if cal is None:
+        return [], [], "no calibration"
+    try:
+        from commbench import validate
+    except ImportError:
+        return [], [], "commbench.validate is not in this checkout"
+    try:
+        rows = validate.compare(runs, cal, extrapolate=False)
+    except UsageError as e:
+        return [], [], f"validate: {e}"
+    if not rows:
+        return [], [], "no suite point to compare"
+    return rows, validate.summarize(rows), ""
+
+
+def predicted_pairs(rows: list[dict]) -> list[dict]:
+    """Rows that carry both a measured and a predicted positive time."""
+
+    def ok(v) -> bool:
+        return (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        )
+
+    return [r for r in rows if ok(r.get("measured_s")) and ok(r.get("predicted_s"))]
+
+
+# ---- planner output ----------------------------------------------------------------------
+@dataclass
+class PlanConfig:
+    """One ranked config of a plan: label and seconds per part (axis comm, compute, bubble)."""
+
+    rank: int
+    label: str
+    comm_s: dict[str, float]
+    compute_s: float | None
+    bubble_s: float | None
+    step_s: float | None
+
+    @property
+    def comm_total(self) -> float:
+        return sum(self.comm_s.values())
+
+
+@dataclass
+class Plan:
+    """A plan file: its configs in rank order and the header fields it carries."""
+
+    source: str
+    configs: list[PlanConfig]
+    header: dict
+
+
+def _seconds(v, where: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+        raise UsageError(f"{where}: must be a non-negative number of seconds, got {v!r}")
+    return float(v)
+
+
+PLAN_AXES = ("tp", "cp", "ep", "pp")
+
+
+def load_plan(path: str | Path) -> Plan:
+    """A `commbench plan -o` file (schema commbench.plan/1): configs best first, each with a
+    label, zero_stage and time_s {compute, bubble, tp, cp, ep, pp, dp_exposed, step}; other
+    top-level scalars are shown as the plan's header. Errors name the file and the field."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise UsageError(f"cannot read plan {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("configs"), list):
+        raise UsageError(f"{path}: a plan must be a JSON object with a list 'configs'")
+    configs = []
+    for i, c in enumerate(doc["configs"]):
+        where = f"{path}: configs[{i}]"
+        if not isinstance(c, dict) or not isinstance(c.get("label"), str):
+            raise UsageError(f"{where}: needs a string 'label'")
+        times = c.get("time_s") or {}
+        if not isinstance(times, dict):
+            raise UsageError(f"{where}.time_s: must map part -> seconds")
+        comm = {a: _seconds(times.get(a), f"{where}.time_s.{a}") or 0.0 for a in PLAN_AXES}
+        comm["dp"] = _seconds(times.get("dp_exposed", times.get("dp")), f"{where}.time_s.dp") or 0.0
+        label = c["label"] + (f" z{c['zero_stage']}" if c.get("zero_stage") else "")
+        configs.append(
+            PlanConfig(
+                i + 1,
+                label,
+                comm,
+                _seconds(times.get("compute"), f"{where}.time_s.compute"),
+                _seconds(times.get("bubble"), f"{where}.time_s.bubble"),
+                _seconds(times.get("step"), f"{where}.time_s.step"),
+            )
+        )
+    header = {k: v for k, v in doc.items() if k != "configs" and not isinstance(v, (dict, list))}
+    return Plan(str(path), configs, header)

@@ -1,0 +1,122 @@
+/* commbench's timed loop in C: the same barrier, clock, op, clock as transport/base.py's
+ * Python loop, without the interpreter's per-call cost inside the timed region.
+ *
+ * Built lazily by commbench/transport/native.py with the mpicc of the MPI that mpi4py loaded
+ * and called through ctypes. Communicator and datatype arrive as the addresses of mpi4py's
+ * handle storage (MPI._addressof), so the same source works whatever the MPI's handle type.
+ * The clock is CLOCK_MONOTONIC, the clock of Python's time.perf_counter on Linux.
+ */
+#include <mpi.h>
+#include <time.h>
+
+#define CB_ABI 1
+
+enum {
+    CB_ALLREDUCE = 1,
+    CB_ALLGATHER = 2,
+    CB_REDUCE_SCATTER = 3,
+    CB_ALLTOALL = 4,
+    CB_ALLTOALLV = 5,
+    CB_BROADCAST = 6,
+    CB_REDUCE = 7,
+    CB_SENDRECV = 8,
+    CB_PINGPONG = 9,
+};
+
+/* Mirrors transport/native.py's OpDesc field by field. */
+typedef struct {
+    int kind;
+    const void *comm;  /* address of an MPI_Comm */
+    const void *dtype; /* address of an MPI_Datatype */
+    void *send;
+    void *recv;
+    int count;  /* elements: the whole buffer, or per peer for allgather/alltoall/reduce_scatter */
+    int root;   /* broadcast, reduce */
+    int dest;   /* sendrecv (MPI_PROC_NULL allowed), pingpong peer */
+    int source; /* sendrecv (MPI_PROC_NULL allowed) */
+    int initiator; /* pingpong: sends first */
+    const int *scounts, *sdispls, *rcounts, *rdispls; /* alltoallv */
+} cb_op;
+
+int cb_abi(void) { return CB_ABI; }
+
+/* Proof that this library is the MPI mpi4py initialised (not a second copy): initialised,
+ * and the world communicator handle mpi4py holds is this library's MPI_COMM_WORLD. */
+int cb_same_mpi(const void *world) {
+    int flag = 0;
+    MPI_Initialized(&flag);
+    return flag && *(const MPI_Comm *)world == MPI_COMM_WORLD;
+}
+
+static inline double cb_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int cb_run(const cb_op *op, MPI_Comm comm, MPI_Datatype dt) {
+    switch (op->kind) {
+    case CB_ALLREDUCE:
+        return MPI_Allreduce(op->send, op->recv, op->count, dt, MPI_SUM, comm);
+    case CB_ALLGATHER:
+        return MPI_Allgather(op->send, op->count, dt, op->recv, op->count, dt, comm);
+    case CB_REDUCE_SCATTER:
+        return MPI_Reduce_scatter_block(op->send, op->recv, op->count, dt, MPI_SUM, comm);
+    case CB_ALLTOALL:
+        return MPI_Alltoall(op->send, op->count, dt, op->recv, op->count, dt, comm);
+    case CB_ALLTOALLV:
+        return MPI_Alltoallv(op->send, op->scounts, op->sdispls, dt, op->recv, op->rcounts,
+                             op->rdispls, dt, comm);
+    case CB_BROADCAST:
+        return MPI_Bcast(op->recv, op->count, dt, op->root, comm);
+    case CB_REDUCE:
+        return MPI_Reduce(op->send, op->recv, op->count, dt, MPI_SUM, op->root, comm);
+    case CB_SENDRECV:
+        return MPI_Sendrecv(op->send, op->count, dt, op->dest, 0, op->recv, op->count, dt,
+                            op->source, 0, comm, MPI_STATUS_IGNORE);
+    case CB_PINGPONG: {
+        int rc;
+        if (op->initiator) {
+            rc = MPI_Send(op->recv, op->count, dt, op->dest, 1, comm);
+            return rc ? rc : MPI_Recv(op->recv, op->count, dt, op->dest, 1, comm,
+                                      MPI_STATUS_IGNORE);
+        }
+        rc = MPI_Recv(op->recv, op->count, dt, op->dest, 1, comm, MPI_STATUS_IGNORE);
+        return rc ? rc : MPI_Send(op->recv, op->count, dt, op->dest, 1, comm);
+    }
+    default:
+        return -1;
+    }
+}
+
+/* Seconds per call into out[0..iters): per iteration barrier, clock, op, clock; pipelined:
+ * one barrier, iters calls back to back, the mean in every slot. Returns an MPI error code
+ * (0 on success, -1 for an unknown kind). */
+int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out) {
+    MPI_Comm comm = *(const MPI_Comm *)op->comm;
+    MPI_Datatype dt = *(const MPI_Datatype *)op->dtype;
+    int rc;
+    if (pipelined) {
+        if ((rc = MPI_Barrier(comm))) return rc;
+        double t0 = cb_now();
+        for (int i = 0; i < iters; i++)
+            if ((rc = cb_run(op, comm, dt))) return rc;
+        double each = (cb_now() - t0) / iters;
+        for (int i = 0; i < iters; i++) out[i] = each;
+        return 0;
+    }
+    for (int i = 0; i < iters; i++) {
+        if ((rc = MPI_Barrier(comm))) return rc;
+        double t0 = cb_now();
+        rc = cb_run(op, comm, dt);
+        double t1 = cb_now();
+        if (rc) return rc;
+        out[i] = t1 - t0;
+    }
+    return 0;
+}
+
+/* One call, for the runner's checked call and other untimed uses. */
+int cb_call(const cb_op *op) {
+    return cb_run(op, *(const MPI_Comm *)op->comm, *(const MPI_Datatype *)op->dtype);
+}

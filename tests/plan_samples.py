@@ -1,0 +1,57 @@
+"""A small measured-kind calibration for planner tests, fitted by the real fitter from SYNTHETIC
+points: every time is a stated ring-model line (alpha, bus bandwidth) times 1 + 1% Gaussian
+noise (seeded). Nothing here was measured; the numbers only exercise the pricing rules.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from commbench import calibrate
+from commbench.calibration import Calibration
+from commbench.fitdata import Collected, SeriesData, SeriesKey
+from commbench.program import bus_factor
+
+ALPHA_S = 20e-6  # stated latency per op (synthetic)
+BUSBW = 2e9  # stated bus bandwidth, B/s (synthetic)
+SIZES = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
+
+
+def stated_time(op: str, nbytes: float, p: int) -> float:
+    """The stated line the synthetic points are drawn around."""
+    return ALPHA_S + nbytes * bus_factor(op, p) / BUSBW
+
+
+def synthetic_calibration(
+    ops=("allreduce", "allgather", "reduce_scatter", "alltoall", "sendrecv"),
+    groups=(2, 4),
+    link_class="intra",
+    dtype="float32",
+) -> Calibration:
+    """Fit series of `ops` x `groups` on one link class from stated lines plus 1% noise."""
+    rng = np.random.default_rng(7)
+    series = {}
+    for op in ops:
+        for p in groups:
+            key = SeriesKey("mpi", op, link_class, p, dtype)
+            data = SeriesData(key)
+            for s in SIZES:
+                for _ in range(3):
+                    data.x.append(float(s))
+                    data.t.append(stated_time(op, s, p) * (1 + 0.01 * rng.standard_normal()))
+            data.runs.add("synthetic")
+            series[key] = data
+    runs = [
+        {
+            "run_id": "synthetic",
+            "path": "synthetic",
+            "status": "complete",
+            "partial": False,
+            "records": sum(len(d.x) for d in series.values()),
+            "records_used": sum(len(d.x) for d in series.values()),
+        }
+    ]
+    doc, _, _ = calibrate.build(Collected(series, Counter(), runs))
+    return Calibration(doc, "synthetic-calibration")
