@@ -193,6 +193,10 @@ def series_table(cal) -> Table:
     )
 
 
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def link_table(cal) -> Table:
     rows = []
     for e in cal.doc.get("link_table", []):
@@ -204,8 +208,8 @@ def link_table(cal) -> Table:
                 e["timing"],
                 e["best_model"],
                 Num(f"{m['alpha_s'] * 1e6:.2f}"),
-                Num(f"{m['busbw_GBps']:.3g}"),
-                Num(f"{m['median_rel_err']:.1%}"),
+                Num(_fmt(m.get("busbw_GBps"), ".3g")),  # None: beta 0 (flat or falling times)
+                Num(_fmt(m.get("median_rel_err"), ".1%")),  # absent from a reference
                 ", ".join(map(str, e.get("group_sizes", []))),
                 e.get("note") or "",
             ]
