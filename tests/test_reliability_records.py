@@ -223,6 +223,31 @@ def test_partial_runs_say_why(tmp_path):
     assert not done.partial and done.partial_note() is None
 
 
+@pytest.mark.parametrize(
+    "shape,status,torn",
+    [("flat", "interrupted", False), ("falling", "running", True), ("rising", "failed", False)],
+)
+def test_readers_accept_a_thin_partial_run(tmp_path, shape, status, torn):
+    """What a run killed after its third point leaves, read by the real fit and report
+    commands (reliability.check_fit_accepts): three points whose times are flat, falling (as
+    noisy tiny points can be: a fit with no bandwidth term) or rising; a torn fourth line.
+    Synthetic times, stated here: 50 us, 50 us minus 1 us per byte, 10 us plus 1 ns per byte."""
+    from fit_samples import collective_records, write_run
+    from reliability import check_fit_accepts
+
+    time_of = {
+        "flat": lambda s: 50e-6,
+        "falling": lambda s: 50e-6 - s * 1e-6,
+        "rising": lambda s: 10e-6 + s * 1e-9,
+    }[shape]
+    recs = collective_records("allreduce", 4, 0, 0, sizes=(8, 16, 24), time_of=time_of)
+    run = write_run(tmp_path, shape, recs, status=status)
+    if torn:
+        with open(run / RECORDS, "ab") as f:
+            f.write(line(record(3))[:30])
+    check_fit_accepts(run)
+
+
 def test_writer_statuses(tmp_path):
     """A late signal cannot undo `complete`; `failed` sticks and keeps the first error."""
     w = RunWriter.create(tmp_path, "run", {"command": "x"}, "a")
