@@ -532,15 +532,18 @@ def _write(out: Path, figures: list[Figure], html_text: str) -> Path:
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a directory")
     figdir = out / FIGURES_DIR
-    figdir.mkdir(parents=True, exist_ok=True)
-    names = {f"{f.name}.png" for f in figures}
-    for old in figdir.glob("*.png"):
-        if old.name not in names:
-            old.unlink()
-    for f in figures:
-        (figdir / f"{f.name}.png").write_bytes(f.png)
-    path = out / "index.html"
-    tmp = out / ".index.html.tmp"
-    tmp.write_text(html_text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        figdir.mkdir(parents=True, exist_ok=True)
+        names = {f"{f.name}.png" for f in figures}
+        for old in figdir.glob("*.png"):
+            if old.name not in names:
+                old.unlink()
+        for f in figures:
+            (figdir / f"{f.name}.png").write_bytes(f.png)
+        path = out / "index.html"
+        tmp = out / ".index.html.tmp"
+        tmp.write_text(html_text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        raise UsageError(f"-o {out}: cannot write the report ({e.strerror or e})") from None
     return path
