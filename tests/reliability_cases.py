@@ -462,6 +462,10 @@ def _run(name: str, edit: Callable[[list[dict]], None] | None = None, status="co
 
 def _corrupt_middle(tmp: Path) -> None:
     _run("r")(tmp)
+    _cut_line_10(tmp)
+
+
+def _cut_line_10(tmp: Path) -> None:
     path = tmp / "r" / "records.jsonl"
     lines = path.read_text().splitlines(True)
     lines[9] = lines[9][:40] + "\n"  # line 10 of 20, cut mid-record
@@ -716,11 +720,78 @@ EXPORT: list[BadInput] = [
     ),
 ]
 
-# Every command's rows; plan, validate and report append theirs here. fit, import and export
-# never communicate: they run as one plain process.
+# plan, validate and report landed after the rows above: these add what their own tests
+# (test_plan_*.py, test_report_*.py) leave out, output paths and corrupt inputs mostly.
+P7 = ("plan", "--model", "llama-7b", "--gpus", "8")
+PLAN: list[BadInput] = [
+    BadInput("plan-output-is-a-directory", (*P7, "-o", "{tmp}"), r"-o .*: is a directory"),
+    BadInput(
+        "plan-output-unwritable",
+        (*P7, "-o", "/proc/commbench-plan.json"),
+        r"-o /proc/commbench-plan.json: cannot write",
+    ),
+    BadInput(
+        "plan-calibration-fails-schema",
+        (*P7, "--calibration", CAL),
+        r"cal.json: calibration fails its schema at series\[0\].segments\[0\].alpha_s",
+        setup=_calibration_failing_schema,
+    ),
+    BadInput("plan-mfu-above-1", (*P7, "--mfu", "2"), r"--mfu 2.0 must be in \(0, 1\]"),
+    BadInput(
+        "plan-gpus-not-whole-nodes",
+        ("plan", "--model", "llama-7b", "--gpus", "12", "--gpus-per-node", "8"),
+        r"--gpus 12 is not a whole number of nodes of --gpus-per-node 8",
+    ),
+]
+VALIDATE: list[BadInput] = [
+    BadInput(
+        "validate-run-sweep-not-suite",
+        ("validate", RUN_DIR, "--calibration", CAL),
+        r"no suite point records in .*/r \(validate reads `commbench suite` runs",
+        setup=_calibration,
+    ),
+    BadInput(
+        "validate-corrupt-records",
+        ("validate", RUN_DIR, "--calibration", CAL),
+        r"/r/records.jsonl:10: not a JSON record",
+        setup=lambda tmp: (_calibration(tmp), _cut_line_10(tmp)),
+    ),
+]
+REPORT: list[BadInput] = [
+    BadInput(
+        "report-output-unwritable",
+        ("report", RUN_DIR, "--no-fit", "-o", "/proc/commbench-report"),
+        r"-o /proc/commbench-report: cannot write the report",
+        setup=_run("r"),
+    ),
+    BadInput(
+        "report-corrupt-records",
+        ("report", RUN_DIR, "-o", "{tmp}/report"),
+        r"/r/records.jsonl:10: not a JSON record",
+        setup=_corrupt_middle,
+    ),
+    BadInput(
+        "report-plan-not-a-plan",
+        ("report", RUN_DIR, "--no-fit", "--plan", "{tmp}/plan.json", "-o", "{tmp}/report"),
+        r"plan.json: a plan must be a JSON object with a list 'configs'",
+        setup=lambda tmp: (_run("r")(tmp), (tmp / "plan.json").write_text("[1, 2]")),
+    ),
+    BadInput(
+        "report-calibration-corrupt",
+        ("report", RUN_DIR, "--calibration", CAL, "-o", "{tmp}/report"),
+        r"cal.json:1: not valid JSON",
+        setup=lambda tmp: (_run("r")(tmp), _file("cal.json", "{")(tmp)),
+    ),
+]
+
+# Every command's rows; new commands append theirs here. fit, import, export, plan, validate
+# and report never communicate: they run as one plain process.
 BAD_INPUTS: list[BadInput] = [
     *RUN,
     *SUITE,
     *LIST,
-    *(dataclasses.replace(row, ranks=1) for row in (*FIT, *IMPORT, *EXPORT)),
+    *(
+        dataclasses.replace(row, ranks=1)
+        for row in (*FIT, *IMPORT, *EXPORT, *PLAN, *VALIDATE, *REPORT)
+    ),
 ]
