@@ -90,6 +90,20 @@ def _pointer(path) -> str:
     return out or "(top level)"
 
 
+def _non_finite(doc: Any) -> tuple | None:
+    """The JSON path of the first NaN or infinite number in `doc` (walked without recursion)."""
+    stack: list[tuple[tuple, Any]] = [((), doc)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return path
+        if isinstance(node, dict):
+            stack += [((*path, k), v) for k, v in reversed(node.items())]
+        elif isinstance(node, list):
+            stack += [((*path, i), v) for i, v in reversed(list(enumerate(node)))]
+    return None
+
+
 def validate(doc: Any, source: str = "calibration") -> None:
     """Schema plus consistency checks; a UsageError names the file and the JSON path."""
     import jsonschema
@@ -111,6 +125,9 @@ def validate(doc: Any, source: str = "calibration") -> None:
             f"{source}: calibration fails its schema at {_pointer(error.absolute_path)}: "
             f"{error.message}"
         )
+    bad = _non_finite(doc)
+    if bad is not None:  # Python reads and writes NaN/Infinity; JSON Schema lets them pass
+        raise UsageError(f"{source}: {_pointer(bad)} is not a finite number")
     seen = set()
     for i, s in enumerate(doc["series"]):
         where = f"{source}: series[{i}]"
@@ -140,10 +157,14 @@ def load(path: str | Path, kind: str | None = None) -> Calibration:
         text = path.read_text()
     except OSError as e:
         raise UsageError(f"cannot read calibration {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not a JSON text file (byte {e.start} is not UTF-8)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not valid JSON (nested too deeply)") from None
     validate(doc, str(path))
     cal = Calibration(doc, str(path))
     if kind is not None and cal.kind != kind:
@@ -157,9 +178,14 @@ def save(doc: dict, path: str | Path) -> Path:
 
     path = Path(path)
     validate(doc, str(path))
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, doc)
+    if path.is_dir():
+        raise UsageError(f"cannot write calibration {path}: it is a directory (give a file name)")
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, doc)
+    except OSError as e:
+        raise UsageError(f"cannot write calibration {path}: {e.strerror or e}") from None
     return path
 
 
@@ -338,6 +364,29 @@ class Calibration:
         placement: str | None = None,
     ) -> Prediction:
         """predict() with the method used (see the module docstring for the rule)."""
+        got = self._explain(
+            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement
+        )
+        if not math.isfinite(got.seconds):  # finite but absurd alpha/beta overflowed
+            raise UsageError(
+                f"{self.source}: {op} of {format_size(nbytes)} on {link_class} links, group "
+                f"size {group_size}: the {got.method} gives {got.seconds} s (alpha/beta out "
+                "of range)"
+            )
+        return got
+
+    def _explain(
+        self,
+        op: str,
+        nbytes: float,
+        group_size: int,
+        link_class: str,
+        dtype: str | None,
+        backend: str | None,
+        extrapolate: bool,
+        timing: str | None,
+        placement: str | None,
+    ) -> Prediction:
         op = canonical_op(op)
         if op not in OPS:
             raise UsageError(f"unknown op {op!r}: choose from {', '.join(OPS)}")

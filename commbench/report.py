@@ -193,6 +193,10 @@ def series_table(cal) -> Table:
     )
 
 
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def link_table(cal) -> Table:
     rows = []
     for e in cal.doc.get("link_table", []):
@@ -204,8 +208,8 @@ def link_table(cal) -> Table:
                 e["timing"],
                 e["best_model"],
                 Num(f"{m['alpha_s'] * 1e6:.2f}"),
-                Num(f"{m['busbw_GBps']:.3g}"),
-                Num(f"{m['median_rel_err']:.1%}"),
+                Num(_fmt(m.get("busbw_GBps"), ".3g")),  # None: beta 0 (flat or falling times)
+                Num(_fmt(m.get("median_rel_err"), ".1%")),  # absent from a reference
                 ", ".join(map(str, e.get("group_sizes", []))),
                 e.get("note") or "",
             ]
@@ -528,15 +532,18 @@ def _write(out: Path, figures: list[Figure], html_text: str) -> Path:
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a directory")
     figdir = out / FIGURES_DIR
-    figdir.mkdir(parents=True, exist_ok=True)
-    names = {f"{f.name}.png" for f in figures}
-    for old in figdir.glob("*.png"):
-        if old.name not in names:
-            old.unlink()
-    for f in figures:
-        (figdir / f"{f.name}.png").write_bytes(f.png)
-    path = out / "index.html"
-    tmp = out / ".index.html.tmp"
-    tmp.write_text(html_text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        figdir.mkdir(parents=True, exist_ok=True)
+        names = {f"{f.name}.png" for f in figures}
+        for old in figdir.glob("*.png"):
+            if old.name not in names:
+                old.unlink()
+        for f in figures:
+            (figdir / f"{f.name}.png").write_bytes(f.png)
+        path = out / "index.html"
+        tmp = out / ".index.html.tmp"
+        tmp.write_text(html_text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        raise UsageError(f"-o {out}: cannot write the report ({e.strerror or e})") from None
     return path

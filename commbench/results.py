@@ -239,7 +239,7 @@ def _check_record(rec: Any) -> dict:
     for key in ("run_id", "kind", "op", "backend", "dtype"):
         if not isinstance(rec[key], str):
             raise _BadLine(f"{key} must be a string, not {rec[key]!r}")
-    for key, least in (("bytes", 1), ("group_size", 1)):
+    for key, least in (("bytes", 0), ("group_size", 1)):
         if type(rec[key]) is not int or rec[key] < least:
             raise _BadLine(f"{key} must be an integer >= {least}, not {rec[key]!r}")
     t = rec["time_us"]

@@ -160,14 +160,17 @@ def _read_yaml(path: Path) -> Any:
         text = path.read_text()
     except OSError as e:
         raise UsageError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
+        ) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError(
-            f"{display(path)}: not valid YAML{line} ({getattr(e, 'problem', e)})"
-        ) from None
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]  # one line
+        raise UsageError(f"{display(path)}: not valid YAML{line} ({problem})") from None
 
 
 def _mapping(value: Any, where: str, keys: tuple[str, ...]) -> dict:
@@ -203,6 +206,8 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         q = _mapping(raw["quick"], f"{where}.quick", RUN_KEYS[1:-1])
         for k, v in q.items():
             if k in ("options", "sweep", "degrees") and isinstance(raw.get(k), dict):
+                if not isinstance(v or {}, dict):
+                    raise UsageError(f"{where}.quick.{k}: expected a mapping")
                 raw[k] = {**raw[k], **(v or {})}
             else:
                 raw[k] = v
@@ -282,7 +287,12 @@ def load_suite(ref: str | Path, quick: bool = False, _seen: tuple = (), _base=No
     if quick and "quick" in raw:
         q = _mapping(raw["quick"], f"{where}.quick", ("timing", "max_bytes", "description"))
         for k, v in q.items():
-            raw[k] = {**(raw.get(k) or {}), **v} if k == "timing" else v
+            if k == "timing":  # both must be timing mappings before they merge
+                v = {
+                    **_timing(raw.get(k) or {}, f"{where}.timing"),
+                    **_timing(v or {}, f"{where}.quick.timing"),
+                }
+            raw[k] = v
     timing = _timing(raw.get("timing") or {}, f"{where}.timing")
     max_bytes = None
     if raw.get("max_bytes") is not None:

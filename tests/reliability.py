@@ -191,28 +191,40 @@ def check_intact(run_dir: Path, points: int | None = None, allow_torn: bool = Fa
     return run
 
 
-def check_fit_accepts(run_dir: Path) -> None:
-    """A partial run is input `fit` and `report` take, saying it is partial.
+# The commands that read runs, as the reliability suite runs them on a partial run (the one
+# place it calls them): `fit` (issue 4) and `report` (issue 6), each when in this checkout.
+READERS = {
+    "fit": lambda run, scratch: ["fit", str(run), "--bootstrap", "0"],
+    "report": lambda run, scratch: ["report", str(run), "-o", str(scratch / "report")],
+}
 
-    Today: read_run loads it and `partial_note()` says so. Once `commbench fit` / `commbench
-    report` are merged (issues 4 and 6), this also runs them on the run directory and expects
-    success with the word `partial` in their output: adapt the command lines here if theirs
-    differ (this is the one place the reliability suite calls them)."""
+
+def check_fit_accepts(run_dir: Path) -> None:
+    """A partial run is input `fit` and `report` take, saying it is partial: read_run loads it
+    and `partial_note()` says so; then each reader in this checkout runs on the run directory
+    as a plain process, must succeed, and must print that note (fit) or the word partial."""
     run = read_run(run_dir)
-    assert run.partial and run.partial_note() and "partial" in run.partial_note()
-    for command in ("fit", "report"):
+    note = run.partial_note()
+    assert run.partial and note and "partial" in note
+    for command, argv in READERS.items():
         if importlib.util.find_spec(f"commbench.commands.{command}") is None:
             continue
+        scratch = run_dir.parent / f".{run_dir.name}-{command}"
+        scratch.mkdir(exist_ok=True)
         p = subprocess.run(
-            commbench_cmd(command, str(run_dir)),
+            commbench_cmd(*argv(run_dir, scratch)),
             capture_output=True,
             text=True,
             timeout=120,
             env=job_env({"COMMBENCH_TEST_TAG": uuid.uuid4().hex}),
-            cwd=run_dir.parent,
+            cwd=scratch,
         )
-        assert p.returncode == 0, f"{command} refused a partial run:\n{p.stdout}{p.stderr}"
-        assert "partial" in (p.stdout + p.stderr).lower(), f"{command} did not say partial"
+        out = p.stdout + p.stderr
+        assert p.returncode == 0, f"{command} refused a partial run:\n{out}"
+        assert "partial" in out.lower(), f"{command} did not say partial:\n{out}"
+        if command == "fit":
+            assert note in out, f"fit did not print the run's partial note {note!r}:\n{out}"
+        COUNTS[f"partial runs accepted by {command}"] += 1
 
 
 class _CountsSummary:

@@ -7,6 +7,9 @@ not in this checkout are skipped, so rows can land before their command does.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,5 +198,600 @@ RUN: list[BadInput] = [
     ),
 ]
 
-# Every command's rows; suite, fit, import, plan, validate and report append theirs here.
-BAD_INPUTS: list[BadInput] = [*RUN]
+
+# ---- suite and list ----
+# Rows here are the end-to-end view (every rank, one line, under mpirun). The suite-file
+# validators' own messages are tested in-process in test_patterns_suites.py; these rows pick
+# other fields, axes and files rather than repeat those cases.
+
+
+def _file(name: str, data: str | bytes) -> Callable[[Path], None]:
+    """A setup that writes {tmp}/name (a suite file, a log, a calibration)."""
+
+    def setup(tmp: Path) -> None:
+        path = tmp / name
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+    return setup
+
+
+def _yaml(text: str) -> Callable[[Path], None]:
+    return _file("s.yaml", text)
+
+
+Y = "{tmp}/s.yaml"
+TINY = "{name: l6, layers: 6, hidden: 256, ffn_hidden: 512, heads: 8}"
+
+SUITE: list[BadInput] = [
+    BadInput("suite-unknown", ("suite", "tpp"), r"unknown suite 'tpp': choose from all, "),
+    BadInput("suite-file-missing", ("suite", "{tmp}/no.yaml"), r"suite file .*/no.yaml: no such"),
+    BadInput(
+        "suite-bad-yaml",
+        ("suite", Y),
+        r"s.yaml: not valid YAML at line 2",
+        setup=_yaml("runs: [{pattern: tp, models: [llama-7b]\n"),
+    ),
+    BadInput(
+        "suite-not-text",
+        ("suite", Y),
+        r"s.yaml: not a YAML text file \(byte 0 is not UTF-8\)",
+        setup=_file("s.yaml", b"\xff\xfe\x00runs"),
+    ),
+    BadInput(
+        "suite-empty-file",
+        ("suite", Y),
+        r"s.yaml: no runs \(give runs: or include:\)",
+        setup=_yaml(""),
+    ),
+    BadInput(
+        "suite-unknown-top-key",
+        ("suite", Y),
+        r"s.yaml.repeat: unknown key; expected one of description, timing",
+        setup=_yaml("runs: [{pattern: collectives}]\nrepeat: 3\n"),
+    ),
+    BadInput(
+        "suite-unknown-quick-key",
+        ("suite", Y, "--quick"),
+        r"s.yaml.quick.runs: unknown key; expected one of timing, max_bytes",
+        setup=_yaml("quick: {runs: []}\nruns: [{pattern: collectives}]\n"),
+    ),
+    BadInput(
+        "suite-degree-list-type",
+        ("suite", Y),
+        r"runs\[0\].degrees.tp: expected a non-empty list of integers, got \[2, 4.5\]",
+        setup=_yaml("runs: [{pattern: tp, models: [llama-7b], degrees: {tp: [2, 4.5]}}]\n"),
+    ),
+    BadInput(
+        "suite-model-field-type",
+        ("suite", Y),
+        r"runs\[0\].models\[0\].layers: expected int, got 'two'",
+        setup=_yaml(
+            "runs: [{pattern: tp, models: [{name: x, layers: two, hidden: 256, "
+            "ffn_hidden: 512, heads: 8}]}]\n"
+        ),
+    ),
+    BadInput(
+        "suite-timing-zero-iters",
+        ("suite", Y),
+        r"s.yaml.timing.iters: expected a positive int, got 0",
+        setup=_yaml("timing: {iters: 0}\nruns: [{pattern: collectives}]\n"),
+    ),
+    BadInput(
+        "suite-includes-itself",
+        ("suite", Y),
+        r"s.yaml: includes itself",
+        setup=_yaml("include: [s.yaml]\n"),
+    ),
+    BadInput(
+        "suite-pp-not-dividing-world",
+        ("suite", Y),
+        r"runs\[0\].degrees.pp: tp\*cp\*pp = 1\*1\*3 = 3 does not divide the world size 4",
+        ranks=4,
+        setup=_yaml(f"runs: [{{pattern: pp, models: [{TINY}], degrees: {{pp: 3}}}}]\n"),
+    ),
+    BadInput(
+        "suite-heads-by-tp",
+        ("suite", Y),
+        r"runs\[0\].degrees.tp: tp=4 does not divide the 6 heads of h6",
+        ranks=4,
+        setup=_yaml(
+            "runs: [{pattern: tp, models: [{name: h6, layers: 4, hidden: 384, "
+            "ffn_hidden: 768, heads: 6}], degrees: {tp: 4}}]\n"
+        ),
+    ),
+    BadInput(
+        "suite-layers-by-pp",
+        ("suite", Y),
+        r"runs\[0\].degrees.pp: pp=4 does not divide the 6 layers of l6",
+        ranks=4,
+        setup=_yaml(f"runs: [{{pattern: pp, models: [{TINY}], degrees: {{pp: 4}}}}]\n"),
+    ),
+    BadInput(
+        "suite-experts-by-ep",
+        ("suite", Y),
+        r"runs\[0\].degrees.ep: ep=2 does not divide the 3 experts of mx3",
+        ranks=4,
+        setup=_yaml(
+            "runs: [{pattern: ep, models: [{preset: mixtral-8x7b, name: mx3, experts: 3}], "
+            "degrees: {ep: 2}}]\n"
+        ),
+    ),
+    BadInput(
+        "suite-sequence-by-cp",
+        ("suite", Y),
+        r"runs\[0\].degrees.cp: cp=4 does not divide the sequence length 102",
+        ranks=4,
+        setup=_yaml(
+            "runs: [{pattern: cp, models: [{name: s, layers: 4, hidden: 256, ffn_hidden: 512, "
+            "heads: 8, seq_len: 102}], degrees: {cp: 4}}]\n"
+        ),
+    ),
+    BadInput(
+        "suite-unknown-model",
+        ("suite", Y),
+        r"runs\[0\].models\[0\]: unknown model 'gpt-5'; presets: llama-7b",
+        setup=_yaml("runs: [{pattern: tp, models: [gpt-5]}]\n"),
+    ),
+    BadInput(
+        "suite-unknown-pattern",
+        ("suite", Y),
+        r"runs\[0\].pattern: unknown pattern 'sharding'; choose from dp, zero, tp",
+        setup=_yaml("runs: [{pattern: sharding, models: [llama-7b]}]\n"),
+    ),
+    BadInput(
+        "suite-group-sizes-not-dividing",
+        ("suite", Y),
+        r"runs\[0\]: tp1-cp1-dp4-pp1: group_sizes: 3 does not divide the world size 4",
+        ranks=4,
+        setup=_yaml("runs: [{pattern: collectives, options: {group_sizes: [3]}}]\n"),
+    ),
+    BadInput(
+        "suite-second-run-bad-sweep",
+        ("suite", Y),
+        r"runs\[1\].sweep.sequence_parallel: expected bool, got 3",
+        setup=_yaml(
+            "runs:\n  - {pattern: collectives}\n  - {pattern: tp, models: [llama-7b], "
+            "sweep: {sequence_parallel: [true, 3]}}\n"
+        ),
+    ),
+    # command-line overrides
+    BadInput("suite-set-no-value", ("suite", "smoke", "--set", "micro_batches"), r"KEY=VALUE"),
+    BadInput(
+        "suite-set-bad-choice",
+        ("suite", "smoke", "--set", "router=zipff"),
+        r"--set: router 'zipff': choose from uniform, zipf, dirichlet",
+    ),
+    BadInput(
+        "suite-set-wrong-type",
+        ("suite", "smoke", "--set", "micro_batches=2.5"),
+        r"--set.micro_batches: expected int, got 2.5",
+    ),
+    BadInput(
+        "suite-degree-axis",
+        ("suite", "tp", "--degree", "dp=2"),
+        r"--degree 'dp=2': expected AXIS=VALUES with AXIS one of tp, cp, pp, ep",
+    ),
+    BadInput(
+        "suite-degree-zero", ("suite", "tp", "--degree", "tp=0"), r"degrees must be at least 1"
+    ),
+    BadInput(
+        "suite-degree-ep-not-dividing",
+        ("suite", "ep", "--quick", "--degree", "ep=3"),
+        r"suites/ep.yaml: runs\[0\].degrees.ep: ep=3 does not divide cp\*dp = 4",
+        ranks=4,
+    ),
+    BadInput("suite-max-bytes-12Q", ("suite", "smoke", "--max-bytes", "12Q"), r"'12Q' does not"),
+    BadInput("suite-max-bytes-zero", ("suite", "smoke", "--max-bytes", "0"), r"'0' must be pos"),
+    BadInput(
+        "suite-order-short",
+        ("suite", "smoke", "--order", "tp-cp-ep-dp"),
+        r"--order 'tp-cp-ep-dp' is not a permutation of tp-cp-ep-dp-pp",
+    ),
+    BadInput("suite-order-empty", ("suite", "smoke", "--order", ""), r"--order '' is not a perm"),
+    BadInput(
+        "suite-model-unknown-field",
+        ("suite", "tp", "--model", "llama-7b:colour=red"),
+        r"colour: unknown model field; choose from name, layers",
+    ),
+    BadInput(
+        "suite-model-heads",
+        ("suite", "tp", "--model", "llama-7b:heads=7"),
+        r"model llama-7b: hidden 4096 is not a multiple of heads 7",
+    ),
+    # world size and dry runs
+    BadInput(
+        "suite-dry-run-needs-world",
+        ("suite", "smoke", "--dry-run"),
+        r"fits a world of 1 rank\(s\).*; pass --world N for a dry run without a launcher",
+        ranks=1,
+    ),
+    BadInput(
+        "suite-world-without-dry-run",
+        ("suite", "smoke", "--world", "8"),
+        r"--world sets the world size of --dry-run only",
+        ranks=1,
+    ),
+    BadInput(
+        "suite-world-differs",
+        ("suite", "smoke", "--dry-run", "--world", "8"),
+        r"--world 8 differs from the launched world 2",
+    ),
+    BadInput(
+        "suite-dry-run-ranks-per-node",
+        ("suite", "smoke", "--dry-run", "--world", "6", "--ranks-per-node", "4"),
+        r"--ranks-per-node 4 does not divide the world size 6",
+        ranks=1,
+    ),
+    # backend and run directory (the latter found by rank 0 after start-up, then agreed)
+    BadInput(
+        "suite-nccl-without-gpu",
+        ("suite", "smoke", "--backend", "nccl"),
+        r"backend nccl needs an NVIDIA GPU",
+        skip="a GPU is present" if cuda_present() else None,
+    ),
+    BadInput(
+        "suite-run-id-exists",
+        ("suite", "smoke", *R, "--run-id", "taken"),
+        r"run directory .*/taken already exists",
+        before_communication=False,
+        setup=_existing_run,
+    ),
+]
+
+LIST: list[BadInput] = [
+    BadInput("list-unknown-section", ("list", "plugins"), r"invalid choice: 'plugins'", ranks=1),
+    BadInput("list-extra-argument", ("list", "suites", "x"), r"unrecognized arguments: x", ranks=1),
+]
+
+
+# ---- fit, import, export: plain processes ----
+def _run(name: str, edit: Callable[[list[dict]], None] | None = None, status="complete"):
+    """A setup writing {tmp}/name: a run of 20 synthetic allreduce records (fit_samples:
+    stated alpha/beta), after `edit` changed them."""
+
+    def setup(tmp: Path) -> None:
+        from fit_samples import collective_records, write_run
+
+        recs = collective_records("allreduce", 4, 1e-5, 1e-9)
+        if edit:
+            edit(recs)
+        write_run(tmp, name, recs, status=status)
+
+    return setup
+
+
+def _corrupt_middle(tmp: Path) -> None:
+    _run("r")(tmp)
+    _cut_line_10(tmp)
+
+
+def _cut_line_10(tmp: Path) -> None:
+    path = tmp / "r" / "records.jsonl"
+    lines = path.read_text().splitlines(True)
+    lines[9] = lines[9][:40] + "\n"  # line 10 of 20, cut mid-record
+    path.write_text("".join(lines))
+
+
+def _records_is_dir(tmp: Path) -> None:
+    _run("r")(tmp)
+    (tmp / "r" / "records.jsonl").unlink()
+    (tmp / "r" / "records.jsonl").mkdir()
+
+
+def _unreadable_run(tmp: Path) -> None:
+    _run("r")(tmp)
+    (tmp / "r").chmod(0)
+
+
+def _drop(key: str, at: int):
+    def edit(recs: list[dict]) -> None:
+        del recs[at][key]
+
+    return edit
+
+
+def _all_wrong(recs: list[dict]) -> None:
+    for r in recs:
+        r["wrong"] = 1
+
+
+def _calibration(tmp: Path) -> dict:
+    """A calibration fitted from a synthetic run (fit_samples; no bootstrap), saved as
+    {tmp}/cal.json; returns its document."""
+    from commbench import calibrate, calibration
+    from commbench.fit import FitOptions
+    from commbench.fitdata import collect, read_fit_runs
+
+    _run("r")(tmp)
+    doc, _, _ = calibrate.build(collect(read_fit_runs([tmp / "r"])), FitOptions(bootstrap=0))
+    calibration.save(doc, tmp / "cal.json")
+    return doc
+
+
+def _calibration_failing_schema(tmp: Path) -> None:
+    doc = _calibration(tmp)
+    doc["series"][0]["segments"][0]["alpha_s"] = "fast"
+    (tmp / "cal.json").write_text(json.dumps(doc))
+
+
+def _log(tool: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        import fit_samples
+
+        text = {
+            "nccl-tests": fit_samples.nccl_tests_new,
+            "osu": fit_samples.osu_collective,
+            "imb": fit_samples.imb_log,
+        }[tool]()
+        (tmp / f"{tool}.log").write_text(text)
+
+    return setup
+
+
+RUN_DIR = "{tmp}/r"
+CAL = "{tmp}/cal.json"
+ROOT_READS_ALL = "root reads a mode-000 directory anyway" if os.geteuid() == 0 else None
+
+FIT: list[BadInput] = [
+    BadInput("fit-no-run", ("fit",), r"the following arguments are required: RUN_DIR"),
+    BadInput(
+        "fit-run-is-a-file",
+        ("fit", "{tmp}/afile"),
+        r"afile: not a directory \(give a run directory holding records.jsonl\)",
+        setup=_results_is_file,
+    ),
+    BadInput(
+        "fit-unreadable-dir",
+        ("fit", RUN_DIR),
+        r"/r: directory is not readable",
+        setup=_unreadable_run,
+        skip=ROOT_READS_ALL,
+    ),
+    BadInput(
+        "fit-records-unreadable",
+        ("fit", RUN_DIR),
+        r"cannot read .*/r/records.jsonl: Is a directory",
+        setup=_records_is_dir,
+    ),
+    BadInput(
+        "fit-corrupt-middle-line",
+        ("fit", RUN_DIR),
+        r"/r/records.jsonl:10: not a JSON record",
+        setup=_corrupt_middle,
+    ),
+    BadInput(
+        "fit-record-lacks-bytes",
+        ("fit", RUN_DIR),
+        r"/r/records.jsonl:4: record lacks bytes",
+        setup=_run("r", _drop("bytes", 3)),
+    ),
+    BadInput(
+        "fit-all-wrong",
+        ("fit", RUN_DIR),
+        r"no series could be fitted: allreduce p=4 intra: 0 distinct size\(s\) .*20 point\(s\) "
+        r"with wrong > 0",
+        setup=_run("r", _all_wrong),
+    ),
+    BadInput(
+        "fit-output-unwritable",
+        ("fit", RUN_DIR, "-o", "/proc/commbench-cal.json"),
+        r"cannot write calibration /proc/commbench-cal.json",
+        setup=_run("r"),
+    ),
+    BadInput(
+        "fit-output-is-a-directory",
+        ("fit", RUN_DIR, "-o", "{tmp}"),
+        r"cannot write calibration .*: it is a directory",
+        setup=_run("r"),
+    ),
+    BadInput("fit-min-sizes-2", ("fit", RUN_DIR, "--min-sizes", "2"), r"--min-sizes must be at"),
+    BadInput("fit-penalty-nan", ("fit", RUN_DIR, "--penalty", "nan"), r"--penalty must be pos"),
+]
+
+IMPORT: list[BadInput] = [
+    BadInput("import-no-log", ("import", "osu"), r"the following arguments are required: LOG"),
+    BadInput(
+        "import-unknown-tool",
+        ("import", "nccl-test", "{tmp}/x.log"),
+        r"invalid choice: 'nccl-test' \(choose from 'nccl-tests', 'osu', 'imb'\)",
+    ),
+    BadInput("import-log-is-a-dir", ("import", "imb", "{tmp}"), r": no such log file"),
+    BadInput(
+        "import-empty-log",
+        ("import", "nccl-tests", "{tmp}/e.log"),
+        r"e.log: not a nccl-tests log \(no '#  size  count  type ...' header line\)",
+        setup=_file("e.log", ""),
+    ),
+    BadInput(
+        "import-binary-log",
+        ("import", "imb", "{tmp}/b.log", "--link-class", "intra"),
+        r"b.log: not an IMB log",
+        setup=_file("b.log", bytes(range(256)) * 4),
+    ),
+    BadInput(
+        "import-nccl-log-as-osu",
+        ("import", "osu", "{tmp}/nccl-tests.log", "--group-size", "8", "--link-class", "intra"),
+        r"nccl-tests.log: not an OSU log \(no '# OSU MPI ... Test' title line\)",
+        setup=_log("nccl-tests"),
+    ),
+    BadInput(
+        "import-osu-log-as-imb",
+        ("import", "imb", "{tmp}/osu.log", "--link-class", "intra"),
+        r"osu.log: not an IMB log",
+        setup=_log("osu"),
+    ),
+    BadInput(
+        "import-link-class-conflict",
+        ("import", "nccl-tests", "{tmp}/nccl-tests.log", "--link-class", "inter"),
+        r"nccl-tests.log:2: the log says link-class intra but --link-class is inter",
+        setup=_log("nccl-tests"),
+    ),
+    BadInput(
+        "import-dtype-conflict",
+        ("import", "imb", "{tmp}/imb.log", "--link-class", "intra", "--dtype", "float16"),
+        r"imb.log:\d+: the log says dtype int8 but --dtype is float16",
+        setup=_log("imb"),
+    ),
+    BadInput(
+        "import-unknown-op-flag",
+        ("import", "nccl-tests", "{tmp}/nccl-tests.log", "--op", "allreduse"),
+        r"--op 'allreduse': choose from allreduce",
+        setup=_log("nccl-tests"),
+    ),
+    BadInput(
+        "import-results-unwritable",
+        ("import", "nccl-tests", "{tmp}/nccl-tests.log", "--results", "/proc/commbench-x"),
+        r"cannot create a run directory under /proc/commbench-x",
+        setup=_log("nccl-tests"),
+    ),
+    BadInput(
+        "import-run-id-escapes",
+        ("import", "nccl-tests", "{tmp}/nccl-tests.log", "--run-id", "../x"),
+        r"--run-id '../x': use letters",
+        setup=_log("nccl-tests"),
+    ),
+]
+
+EXPORT: list[BadInput] = [
+    BadInput(
+        "export-unknown-target",
+        ("export", "astra", CAL),
+        r"invalid choice: 'astra' \(choose from 'astra-sim', 'calculon'\)",
+    ),
+    BadInput(
+        "export-missing-calibration",
+        ("export", "astra-sim", CAL),
+        r"cannot read calibration .*/cal.json: No such file",
+    ),
+    BadInput(
+        "export-corrupt-calibration",
+        ("export", "calculon", CAL),
+        r"cal.json:1: not valid JSON",
+        setup=_file("cal.json", '{"schema_version": 1, "kind": '),
+    ),
+    BadInput(
+        "export-calibration-fails-schema",
+        ("export", "astra-sim", CAL),
+        r"cal.json: calibration fails its schema at series\[0\].segments\[0\].alpha_s: "
+        r"'fast' is not of type 'number'",
+        setup=_calibration_failing_schema,
+    ),
+    BadInput(
+        "export-records-as-calibration",
+        ("export", "astra-sim", "{tmp}/r/records.jsonl"),
+        r"records.jsonl:2: not valid JSON \(Extra data\)",
+        setup=_run("r"),
+    ),
+    BadInput(
+        "export-output-unwritable",
+        ("export", "astra-sim", CAL, "-o", "/proc/commbench-net.yml"),
+        r"cannot write /proc/commbench-net.yml",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-output-is-a-directory",
+        ("export", "calculon", CAL, "-o", "{tmp}"),
+        r"cannot write .*: Is a directory",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-npus-unknown-link",
+        ("export", "astra-sim", CAL, "--npus", "rack=4"),
+        r"--npus rack: not a link class of the exported link table \(it has intra\)",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-backend-not-in-calibration",
+        ("export", "astra-sim", CAL, "--backend", "nccl"),
+        r"no link table entry for backend nccl",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-base-for-astra-sim",
+        ("export", "astra-sim", CAL, "--base", CAL),
+        r"--base is for calculon",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-base-missing",
+        ("export", "calculon", CAL, "--base", "{tmp}/a100.json"),
+        r"--base .*/a100.json: not a readable Calculon system JSON",
+        setup=_calibration,
+    ),
+]
+
+# plan, validate and report landed after the rows above: these add what their own tests
+# (test_plan_*.py, test_report_*.py) leave out, output paths and corrupt inputs mostly.
+P7 = ("plan", "--model", "llama-7b", "--gpus", "8")
+PLAN: list[BadInput] = [
+    BadInput("plan-output-is-a-directory", (*P7, "-o", "{tmp}"), r"-o .*: is a directory"),
+    BadInput(
+        "plan-output-unwritable",
+        (*P7, "-o", "/proc/commbench-plan.json"),
+        r"-o /proc/commbench-plan.json: cannot write",
+    ),
+    BadInput(
+        "plan-calibration-fails-schema",
+        (*P7, "--calibration", CAL),
+        r"cal.json: calibration fails its schema at series\[0\].segments\[0\].alpha_s",
+        setup=_calibration_failing_schema,
+    ),
+    BadInput("plan-mfu-above-1", (*P7, "--mfu", "2"), r"--mfu 2.0 must be in \(0, 1\]"),
+    BadInput(
+        "plan-gpus-not-whole-nodes",
+        ("plan", "--model", "llama-7b", "--gpus", "12", "--gpus-per-node", "8"),
+        r"--gpus 12 is not a whole number of nodes of --gpus-per-node 8",
+    ),
+]
+VALIDATE: list[BadInput] = [
+    BadInput(
+        "validate-run-sweep-not-suite",
+        ("validate", RUN_DIR, "--calibration", CAL),
+        r"no suite point records in .*/r \(validate reads `commbench suite` runs",
+        setup=_calibration,
+    ),
+    BadInput(
+        "validate-corrupt-records",
+        ("validate", RUN_DIR, "--calibration", CAL),
+        r"/r/records.jsonl:10: not a JSON record",
+        setup=lambda tmp: (_calibration(tmp), _cut_line_10(tmp)),
+    ),
+]
+REPORT: list[BadInput] = [
+    BadInput(
+        "report-output-unwritable",
+        ("report", RUN_DIR, "--no-fit", "-o", "/proc/commbench-report"),
+        r"-o /proc/commbench-report: cannot write the report",
+        setup=_run("r"),
+    ),
+    BadInput(
+        "report-corrupt-records",
+        ("report", RUN_DIR, "-o", "{tmp}/report"),
+        r"/r/records.jsonl:10: not a JSON record",
+        setup=_corrupt_middle,
+    ),
+    BadInput(
+        "report-plan-not-a-plan",
+        ("report", RUN_DIR, "--no-fit", "--plan", "{tmp}/plan.json", "-o", "{tmp}/report"),
+        r"plan.json: a plan must be a JSON object with a list 'configs'",
+        setup=lambda tmp: (_run("r")(tmp), (tmp / "plan.json").write_text("[1, 2]")),
+    ),
+    BadInput(
+        "report-calibration-corrupt",
+        ("report", RUN_DIR, "--calibration", CAL, "-o", "{tmp}/report"),
+        r"cal.json:1: not valid JSON",
+        setup=lambda tmp: (_run("r")(tmp), _file("cal.json", "{")(tmp)),
+    ),
+]
+
+# Every command's rows; new commands append theirs here. fit, import, export, plan, validate
+# and report never communicate: they run as one plain process.
+BAD_INPUTS: list[BadInput] = [
+    *RUN,
+    *SUITE,
+    *LIST,
+    *(
+        dataclasses.replace(row, ranks=1)
+        for row in (*FIT, *IMPORT, *EXPORT, *PLAN, *VALIDATE, *REPORT)
+    ),
+]

@@ -51,10 +51,10 @@ def test_exception_on_one_rank_fails_the_job(tmp_path):
 
 @pytest.mark.parametrize("kind", ["exit", "sigkill"])
 def test_crash_of_one_rank_ends_the_job(tmp_path, kind):
-    job = start(4, *run_args(tmp_path, kind), fault=f"rank=1,point=2,kind={kind}")
-    out, elapsed = job.down_after(tmp_path / kind, 2)
+    job = start(4, *run_args(tmp_path, kind), fault=f"rank=1,point=3,kind={kind}")
+    out, elapsed = job.down_after(tmp_path / kind, 3)
     assert out.returncode != 0 and elapsed < DOWN_S, out.output
-    run = check_intact(tmp_path / kind, points=2)
+    run = check_intact(tmp_path / kind, points=3)
     # rank 0 only sees the launcher's SIGTERM: the crash left it no word
     assert run.status == "interrupted" and run.meta["stop_signal"] == "SIGTERM", run.meta
     check_fit_accepts(tmp_path / kind)
@@ -115,13 +115,13 @@ def test_usage_error_on_one_rank_mid_run(tmp_path):
 def test_signal_to_mpirun_marks_interrupted(tmp_path, sig):
     """Ctrl-C (or SIGTERM) to mpirun: ranks get SIGTERM and 0.25 s later SIGKILL. The run is
     marked interrupted at once and keeps every finished point."""
-    job = start(2, *run_args(tmp_path, sig.name), fault="rank=1,point=2,kind=delay,seconds=60")
-    wait_for_records(tmp_path / sig.name, 2, job)
+    job = start(2, *run_args(tmp_path, sig.name), fault="rank=1,point=3,kind=delay,seconds=60")
+    wait_for_records(tmp_path / sig.name, 3, job)
     t_signal = time.monotonic()
     job.signal(sig)
     out, _ = job.finish(timeout=30)
     assert out.returncode != 0 and time.monotonic() - t_signal < 10, out.output
-    run = check_intact(tmp_path / sig.name, points=2)
+    run = check_intact(tmp_path / sig.name, points=3)
     assert run.status == "interrupted" and run.meta["stop_signal"] == "SIGTERM", run.meta
     check_fit_accepts(tmp_path / sig.name)
 
@@ -189,10 +189,10 @@ def test_gloo_exception_on_one_rank(tmp_path):
 def test_gloo_peer_killed(tmp_path):
     """A gloo peer killed mid-run: the survivors fail at once (connection reset), no hang."""
     job = start(
-        2, *run_args(tmp_path, "gkill", 4, "--backend", "gloo"), fault="rank=1,point=2,kind=sigkill"
+        2, *run_args(tmp_path, "gkill", 4, "--backend", "gloo"), fault="rank=1,point=3,kind=sigkill"
     )
-    out, elapsed = job.down_after(tmp_path / "gkill", 2, timeout=90)
+    out, elapsed = job.down_after(tmp_path / "gkill", 3, timeout=90)
     assert out.returncode != 0 and elapsed < DOWN_S, out.output
-    run = check_intact(tmp_path / "gkill", points=2)
+    run = check_intact(tmp_path / "gkill", points=3)
     assert run.partial
     check_fit_accepts(tmp_path / "gkill")

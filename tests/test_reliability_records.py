@@ -5,7 +5,8 @@
 - what a crash leaves (a torn last line, status running, no meta.json) loads as a partial run;
 - a writer process killed with SIGKILL at random moments leaves every finished record readable;
 - hypothesis fuzzing of records.jsonl and meta.json: a valid Run or a UsageError, nothing else.
-  Suite files and log importers get the same treatment once they land (see FUZZ_TARGETS).
+  suite files, the nccl-tests / OSU / IMB log importers and calibration JSON get the same
+  treatment (FUZZ_TARGETS; strategies and checked readers in reliability_fuzz.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+import reliability_fuzz as rf
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from reliability import COUNTS, reliability_counts  # noqa: F401
 
@@ -36,7 +38,7 @@ from commbench.results import (
     read_run,
 )
 
-from conftest import REPO
+from conftest import REPO, run_single
 
 
 def record(i: int = 0, **over) -> dict:
@@ -125,9 +127,9 @@ BAD_RUNS = [
         "bytes-string",
         line(record(0, bytes="8")),
         META_OK,
-        r"records.jsonl:1: bytes must be an integer >= 1",
+        r"records.jsonl:1: bytes must be an integer >= 0",
     ),
-    BadRun("bytes-zero", line(record(0, bytes=0)), META_OK, r"bytes must be an integer >= 1"),
+    BadRun("bytes-negative", line(record(0, bytes=-8)), META_OK, r"bytes must be an integer >= 0"),
     BadRun(
         "group-float", line(record(0, group_size=2.0)), META_OK, r"group_size must be an integer"
     ),
@@ -219,6 +221,31 @@ def test_partial_runs_say_why(tmp_path):
         assert why in got.partial_note() and "2 finished point(s)" in got.partial_note()
     done = read_run(make_run(tmp_path / "done", GOOD, META_OK))
     assert not done.partial and done.partial_note() is None
+
+
+@pytest.mark.parametrize(
+    "shape,status,torn",
+    [("flat", "interrupted", False), ("falling", "running", True), ("rising", "failed", False)],
+)
+def test_readers_accept_a_thin_partial_run(tmp_path, shape, status, torn):
+    """What a run killed after its third point leaves, read by the real fit and report
+    commands (reliability.check_fit_accepts): three points whose times are flat, falling (as
+    noisy tiny points can be: a fit with no bandwidth term) or rising; a torn fourth line.
+    Synthetic times, stated here: 50 us, 50 us minus 1 us per byte, 10 us plus 1 ns per byte."""
+    from fit_samples import collective_records, write_run
+    from reliability import check_fit_accepts
+
+    time_of = {
+        "flat": lambda s: 50e-6,
+        "falling": lambda s: 50e-6 - s * 1e-6,
+        "rising": lambda s: 10e-6 + s * 1e-9,
+    }[shape]
+    recs = collective_records("allreduce", 4, 0, 0, sizes=(8, 16, 24), time_of=time_of)
+    run = write_run(tmp_path, shape, recs, status=status)
+    if torn:
+        with open(run / RECORDS, "ab") as f:
+            f.write(line(record(3))[:30])
+    check_fit_accepts(run)
 
 
 def test_writer_statuses(tmp_path):
@@ -330,7 +357,7 @@ def _check_read(path: Path) -> None:
         return
     for rec in run.records:  # what a consumer may rely on once read_run returned
         assert all(k in rec for k in REQUIRED_FIELDS)
-        assert type(rec["bytes"]) is int and rec["bytes"] >= 1
+        assert type(rec["bytes"]) is int and rec["bytes"] >= 0
         assert isinstance(rec["time_us"], (int, float)) and rec["time_us"] >= 0
     assert isinstance(run.partial, bool)
     run.partial_note()
@@ -388,20 +415,34 @@ def test_fuzz_records_and_meta(tmp_path_factory, data, meta):
     COUNTS["bad inputs tried (fuzzed run directories)"] += 1
 
 
-# Readers of user files to fuzz the same way (a valid result or a UsageError). Suite files
-# (issue 3) and the nccl-tests / OSU / IMB log importers (issue 4) join this list when they
-# are merged: (name, function taking a path, strategy producing the file's bytes).
-FUZZ_TARGETS: list[tuple[str, object, object]] = [
-    ("records", lambda p: read_run(p.parent), records_files() | st.binary(max_size=300)),
+# Readers of user files fuzzed the same way: (name, the file's name, a reader taking its path,
+# a strategy producing its bytes). A reader returns (its result checked) or raises a one-line
+# UsageError; strategies and readers of the files other commands read are in reliability_fuzz.
+FUZZ_TARGETS: list[tuple[str, str, object, object]] = [
+    ("records", RECORDS, lambda p: read_run(p.parent), records_files() | st.binary(max_size=300)),
+    ("suite-file", "s.yaml", rf.read_suite, rf.suite_texts()),
+    (
+        "nccl-tests-log",
+        "all_reduce_perf.log",
+        rf.read_log("nccl-tests"),
+        rf.log_texts("nccl-tests"),
+    ),
+    ("osu-log", "osu.log", rf.read_log("osu"), rf.log_texts("osu")),
+    ("imb-log", "imb.log", rf.read_log("imb"), rf.log_texts("imb")),
+    ("calibration", "cal.json", rf.read_calibration, rf.calibration_texts()),
 ]
 
 
-@pytest.mark.parametrize("name,reader,strategy", FUZZ_TARGETS, ids=[t[0] for t in FUZZ_TARGETS])
-def test_fuzz_user_files(tmp_path_factory, name, reader, strategy):
-    @FUZZ
+# examples per target in `make test` (a suite file is expanded on three worlds, planned and
+# dry-run: the slowest to check); the slow variant runs ten times FUZZ's 300 for each
+FAST_EXAMPLES = {"suite-file": 150}
+
+
+def _fuzz(tmp_path_factory, name, file_name, reader, strategy, examples: int) -> None:
+    @settings(FUZZ, max_examples=examples)
     @given(data=strategy)
     def check(data):
-        path = tmp_path_factory.mktemp(name) / (RECORDS if name == "records" else name)
+        path = tmp_path_factory.mktemp(name) / file_name
         path.write_bytes(data)
         try:
             reader(path)
@@ -410,3 +451,52 @@ def test_fuzz_user_files(tmp_path_factory, name, reader, strategy):
         COUNTS["bad inputs tried (fuzzed files)"] += 1
 
     check()
+
+
+@pytest.mark.parametrize(
+    "name,file_name,reader,strategy", FUZZ_TARGETS, ids=[t[0] for t in FUZZ_TARGETS]
+)
+def test_fuzz_user_files(tmp_path_factory, name, file_name, reader, strategy):
+    _fuzz(tmp_path_factory, name, file_name, reader, strategy, FAST_EXAMPLES.get(name, 300))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name,file_name,reader,strategy", FUZZ_TARGETS, ids=[t[0] for t in FUZZ_TARGETS]
+)
+def test_fuzz_user_files_long(tmp_path_factory, name, file_name, reader, strategy):
+    _fuzz(tmp_path_factory, name, file_name, reader, strategy, 10 * FUZZ.max_examples)
+
+
+DRY_RUN_OK = b"runs: [{pattern: collectives, options: {ops: [allreduce], max_bytes: 4K}}]\n"
+
+
+def _dry_run(tmp_path_factory, data: bytes) -> None:
+    """`commbench suite FILE --dry-run --world 4` as a real process: exit 0 with the points
+    listed, or exit 2 with one error line; never a traceback or an internal error."""
+    path = tmp_path_factory.mktemp("dry-run") / "s.yaml"
+    path.write_bytes(data)
+    job = run_single("suite", str(path), "--dry-run", "--world", "4", timeout=60)
+    assert job.returncode in (0, 2), job.output
+    assert "Traceback" not in job.output and "internal error" not in job.output, job.output
+    if job.returncode == 0:
+        assert "## point 1:" in job.stdout, job.stdout
+    else:
+        lines = [x for x in job.stderr.splitlines() if x.startswith("commbench:")]
+        assert len(lines) == 1 and lines[0].startswith("commbench: error: "), job.stderr
+    COUNTS["fuzzed suite files run through commbench suite --dry-run"] += 1
+
+
+@settings(FUZZ, max_examples=4)
+@example(data=DRY_RUN_OK)
+@example(data=DRY_RUN_OK.replace(b"4K", b"4Q"))
+@given(data=rf.suite_texts())
+def test_fuzz_suite_dry_run_command(tmp_path_factory, data):
+    _dry_run(tmp_path_factory, data)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=40)
+@given(data=rf.suite_texts())
+def test_fuzz_suite_dry_run_command_long(tmp_path_factory, data):
+    _dry_run(tmp_path_factory, data)

@@ -75,12 +75,12 @@ def test_torchrun_peer_killed(tmp_path):
     job = start(
         2,
         *run_args(tmp_path, "trk", 4, "--backend", "gloo"),
-        fault="rank=1,point=2,kind=sigkill",
+        fault="rank=1,point=3,kind=sigkill",
         launcher="torchrun",
     )
     out, elapsed = job.finish(timeout=120)
     assert out.returncode != 0
-    run = check_intact(tmp_path / "trk", points=2)
+    run = check_intact(tmp_path / "trk", points=3)
     assert run.status == "failed" and "Connection" in run.meta["error"], run.meta
     check_fit_accepts(tmp_path / "trk")
 

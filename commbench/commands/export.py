@@ -44,6 +44,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _only_exported(flag: str, given: dict, chosen) -> None:
+    """A per-link flag naming a link class the export does not have is a typo, not a no-op."""
+    from commbench.errors import UsageError
+
+    exported = [t.link_class for t in chosen]
+    unknown = sorted(set(given) - set(exported))
+    if unknown:
+        raise UsageError(
+            f"{flag} {unknown[0]}: not a link class of the exported link table "
+            f"(it has {', '.join(exported)})"
+        )
+
+
 def main(args: argparse.Namespace) -> int:
     from commbench.calibration import load
     from commbench.errors import UsageError
@@ -53,10 +66,12 @@ def main(args: argparse.Namespace) -> int:
     cal = load(args.calibration)
     npus = parse_assignments(args.npus, "--npus", _positive)
     chosen = tiers(cal, args.backend, args.timing, npus)
+    _only_exported("--npus", npus, chosen)
     if args.format == "astra-sim":
         if args.base is not None:
             raise UsageError("--base is for calculon")
         topo = parse_assignments(args.topology, "--topology")
+        _only_exported("--topology", topo, chosen)
         bad = [v for v in topo.values() if v not in astra_sim.TOPOLOGIES]
         if bad:
             raise UsageError(

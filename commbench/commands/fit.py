@@ -63,8 +63,11 @@ def _fmt(v, spec: str, scale: float = 1.0) -> str:
     return "-" if v is None else format(v * scale, spec)
 
 
-def print_report(doc: dict, outcomes, links, quiet: bool = False) -> None:
-    """The series table, skipped series and the link table, nccl-tests style."""
+def print_report(
+    doc: dict, outcomes, links, quiet: bool = False, partial_notes: list[str] = ()
+) -> None:
+    """The series table, skipped series and the link table, nccl-tests style; a partial run's
+    note (results.Run.partial_note: why it is partial, what was kept) under its line."""
     from commbench.console import Column, Table
     from commbench.sizes import format_size
 
@@ -80,6 +83,8 @@ def print_report(doc: dict, outcomes, links, quiet: bool = False) -> None:
             f"#   {r['run_id']}: {state}, {r['records_used']}/{r['records']} records, "
             f"backend {r.get('backend', '?')}, world {r.get('world_size', '?')} on {hosts}{tool}"
         )
+    for note in partial_notes:
+        print(f"#   {note}")
     for why, n in doc["ignored"].items():
         print(f"#   ignored {n} record(s): {why}")
     wrong = sum(s["excluded_wrong"] for s in doc["series"]) + sum(
@@ -218,16 +223,22 @@ def main(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
         seed=args.seed,
     )
-    collected = collect(read_fit_runs(args.runs))
+    runs = read_fit_runs(args.runs)
+    collected = collect(runs)
     if not collected.series:
         why = "; ".join(f"{n} x {w}" for w, n in collected.ignored.items()) or "none"
         raise UsageError(
             f"no usable records in {', '.join(args.runs)} (ignored: {why}): nothing to fit"
         )
     doc, outcomes, links = calibrate.build(collected, opts)
-    print_report(doc, outcomes, links, args.quiet)
-    if not outcomes:
-        raise UsageError("no series could be fitted (see 'not fitted' above)")
+    partial = [run.partial_note() for run, _ in runs if run.partial]
+    print_report(doc, outcomes, links, args.quiet, partial)
+    if not outcomes:  # every series is in doc["skipped"] with its reason: name the first
+        s, more = doc["skipped"][0], len(doc["skipped"]) - 1
+        raise UsageError(
+            f"no series could be fitted: {s['op']} p={s['group_size']} {s['link_class']}: "
+            f"{s['reason']}" + (f" (and {more} more, see 'not fitted' above)" if more else "")
+        )
     if args.output:
         path = calibration.save(doc, args.output)
         print(f"calibration: {path} ({len(doc['series'])} series, {len(links)} link(s))")

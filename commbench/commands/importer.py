@@ -93,7 +93,12 @@ def main(args: argparse.Namespace) -> int:
             "logs": [{"file": str(p), **imp.meta} for p, imp in parsed],
         },
     }
-    writer = RunWriter.create(args.results, "import", meta, args.run_id)
+    try:
+        writer = RunWriter.create(args.results, "import", meta, args.run_id)
+    except OSError as e:
+        raise UsageError(
+            f"cannot create a run directory under {args.results}: {e.strerror or e}"
+        ) from None
     try:
         for r in records:
             writer.write(r)

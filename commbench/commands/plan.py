@@ -424,4 +424,9 @@ def _write(path: str, doc: dict) -> None:
     p = Path(path)
     if p.parent and not p.parent.exists():
         raise UsageError(f"-o {path}: directory {p.parent} does not exist")
-    write_json_atomic(p, doc)
+    if p.is_dir():
+        raise UsageError(f"-o {path}: is a directory (give a file name)")
+    try:
+        write_json_atomic(p, doc)
+    except OSError as e:
+        raise UsageError(f"-o {path}: cannot write ({e.strerror or e})") from None

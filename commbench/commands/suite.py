@@ -96,7 +96,7 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
 
     suite = load_suite(args.suite, args.quick)
     order = None
-    if args.order:
+    if args.order is not None:
         order = tuple(args.order.split("-"))
         if sorted(order) != sorted(("tp", "cp", "ep", "dp", "pp")):
             raise UsageError(f"--order {args.order!r} is not a permutation of tp-cp-ep-dp-pp")
@@ -316,7 +316,13 @@ def main(args: argparse.Namespace) -> int:
                 f"--ranks-per-node {args.ranks_per_node} does not divide the world size {world}"
             )
         nodes = host_map(world, ranks_per_node=args.ranks_per_node)
-        suite, points, cli_max = load(args, world, nodes)
+        try:
+            suite, points, cli_max = load(args, world, nodes)
+        except UsageError as e:
+            if args.world or world > 1 or "no configuration" not in str(e):
+                raise
+            # one plain process and no --world: the world is 1, which is rarely what was meant
+            raise UsageError(f"{e}; pass --world N for a dry run without a launcher") from None
         backend = "mpi" if args.backend == "auto" else args.backend
         if launch.rank == 0:
             dry_run(suite, points, cli_max, backend)

@@ -154,7 +154,12 @@ def main(args: argparse.Namespace) -> int:
         out = Path(args.output)
         if out.parent and not out.parent.exists():
             raise UsageError(f"-o {args.output}: directory {out.parent} does not exist")
-        write_json_atomic(out, doc)
+        if out.is_dir():
+            raise UsageError(f"-o {args.output}: is a directory (give a file name)")
+        try:
+            write_json_atomic(out, doc)
+        except OSError as e:
+            raise UsageError(f"-o {args.output}: cannot write ({e.strerror or e})") from None
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

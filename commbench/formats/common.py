@@ -6,6 +6,7 @@ never silently mislabels a measurement.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,6 +148,34 @@ def number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def is_count(text: str) -> bool:
+    """ASCII digits only (what starts a table row): str.isdigit() also takes '²', which int()
+    refuses."""
+    return text.isascii() and text.isdigit()
+
+
+def time_cell(text: str, where: str) -> float | None:
+    """A time cell in microseconds: None where the tool printed no number (N/A: not run),
+    else a finite number >= 0; a negative, nan or overflowing time is a UsageError naming the
+    line (results.read_run would refuse the record it made)."""
+    t = number(text)
+    if t is not None and not (math.isfinite(t) and t >= 0):
+        raise UsageError(f"{where}: time {text!r} is not a number of microseconds >= 0")
+    return t
+
+
+def count_cell(text: str, where: str, what: str, least: int = 0) -> int:
+    """An integer cell >= least (count, #wrong; root from -1): else a UsageError naming the
+    line."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise UsageError(f"{where}: {what} {text!r} is not an integer >= {least}")
+    return value
 
 
 def read_lines(path: Path) -> list[str]:

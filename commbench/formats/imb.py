@@ -19,9 +19,11 @@ from commbench.formats.common import (
     MPI_DTYPES,
     Hints,
     Imported,
+    is_count,
     measured_record,
     number,
     read_lines,
+    time_cell,
 )
 
 TOOL = "imb"
@@ -78,7 +80,7 @@ def _blocks(lines: list[str], meta: dict) -> list[_Block]:
             blocks[-1].waiting = int(m.group(1))
         elif s.startswith("#bytes") or s.startswith("# bytes"):
             blocks[-1].columns = s.replace("# bytes", "#bytes").split()
-        elif s and s.split()[0].isdigit() and blocks[-1].columns is not None:
+        elif s and is_count(s.split()[0]) and blocks[-1].columns is not None:
             blocks[-1].rows.append((n, s.split()))
     return blocks
 
@@ -127,7 +129,10 @@ def parse(path: Path, hints: Hints) -> Imported:
                 )
             cells = dict(zip(cols, tok))
             size = int(cells["#bytes"])
-            t = number(cells[tcol])
+            t = time_cell(cells[tcol], f"{path}:{n}")
+            if t is None:
+                out.notes.append(f"{path}:{n}: no time in this row, skipped")
+                continue
             defects = number(cells.get("defects", "0")) or 0
             reps = cells.get("#repetitions")
             out.records.append(
@@ -145,7 +150,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     time_us=t,
                     timing="pipelined",
                     columns={**cells, "benchmark": blk.name},
-                    iters=int(reps) if reps and reps.isdigit() else None,
+                    iters=int(reps) if reps and is_count(reps) else None,
                     wrong=int(defects > 0),
                     checked="defects" in cells,
                 )

@@ -16,7 +16,16 @@ import re
 from pathlib import Path
 
 from commbench.errors import UsageError
-from commbench.formats.common import Hints, Imported, measured_record, number, read_lines
+from commbench.formats.common import (
+    Hints,
+    Imported,
+    count_cell,
+    is_count,
+    measured_record,
+    number,
+    read_lines,
+    time_cell,
+)
 
 TOOL = "nccl-tests"
 BINARY_OPS = {
@@ -147,7 +156,7 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
             cur.placements = _placements(s)
         elif _HEADER.match(s):
             cur.header = s.lstrip("#").split()
-        elif s and s.split()[0].isdigit() and cur.header is not None:
+        elif s and is_count(s.split()[0]) and cur.header is not None:
             cur.rows.append((n, s.split()))
     return sections, meta
 
@@ -231,7 +240,9 @@ def parse(path: Path, hints: Hints) -> Imported:
                     "line": n,
                     "tok": tok,
                     "redop": tok[col["redop"]] if "redop" in col else None,
-                    "root": int(tok[col["root"]]) if "root" in col else None,
+                    "root": count_cell(tok[col["root"]], f"{path}:{n}", "root", -1)
+                    if "root" in col
+                    else None,
                     "algbw": number(tok[g0["algbw"]]),
                     "busbw": number(tok[g0["busbw"]]),
                 }
@@ -264,7 +275,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     f"{path}:{r['line']}: the log says dtype {dtype} but --dtype is {hints.dtype}"
                 )
             for placement, g in zip(sec.placements, groups):
-                t = number(tok[g["time"]])
+                t = time_cell(tok[g["time"]], f"{path}:{r['line']}")
                 if t is None:
                     continue  # N/A: this placement not run for this op
                 check = tok[g["check"]]
@@ -277,7 +288,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     **{g["kind"]: check},
                 )
                 if g["kind"] == "#wrong":
-                    wrong = int(value) if value is not None else 0
+                    wrong = count_cell(check, f"{path}:{r['line']}", "#wrong") if value else 0
                 else:
                     tol = ERROR_TOLERANCE.get(dtype, 0.0)
                     wrong = int(value is not None and value > tol)
@@ -303,7 +314,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                         checked=sec.check and value is not None,
                         placement=placement,
                         hosts_spanned=len(set(by_group.get(0, []))) or None,
-                        count=int(tok[col["count"]]),
+                        count=count_cell(tok[col["count"]], f"{path}:{r['line']}", "count"),
                     )
                 )
         if sec.ranks:

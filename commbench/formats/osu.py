@@ -21,9 +21,11 @@ from commbench.formats.common import (
     MPI_DTYPES,
     Hints,
     Imported,
+    is_count,
     measured_record,
     number,
     read_lines,
+    time_cell,
 )
 
 TOOL = "osu"
@@ -77,7 +79,7 @@ def _tables(path: Path, lines: list[str]) -> list[_Table]:
             tables[-1].dtype = m.group(1).lower().rstrip(".")
         elif re.match(r"^#\s*Size\b", s):
             tables[-1].columns = re.split(r"\s{2,}", s.lstrip("#").strip())
-        elif s and s.split()[0].isdigit() and tables[-1].columns is not None:
+        elif s and is_count(s.split()[0]) and tables[-1].columns is not None:
             tables[-1].rows.append((n, s.split()))
     return tables
 
@@ -147,12 +149,15 @@ def parse(path: Path, hints: Hints) -> Imported:
                 )
             size = int(cells[cols[0]])
             if lat is not None:
-                t = number(cells[lat])
+                t = time_cell(cells[lat], f"{path}:{n}")
             else:
                 mbps = number(cells[bw])
                 t = None
                 if mbps and mbps > 0:
                     t = size / (mbps * 1e6) * 1e6 * (2 if timing.endswith("bidirectional") else 1)
+            if t is None:
+                out.notes.append(f"{path}:{n}: no time in this row, skipped")
+                continue
             valid = cells.get("Validation")
             iters = cells.get("Iterations")
             out.records.append(
@@ -171,7 +176,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     time_mean_us=t if lat is not None else None,
                     timing=timing,
                     columns={**cells, "dtype_source": dtype_source, "test": tab.name},
-                    iters=int(iters) if iters and iters.isdigit() else None,
+                    iters=int(iters) if iters and is_count(iters) else None,
                     wrong=int(valid is not None and valid.lower().startswith("fail")),
                     checked=valid is not None,
                 )
