@@ -69,7 +69,11 @@ def command_of(argv: list[str]) -> str | None:
 
 def build_parser(only: str | None = None) -> tuple[Parser, dict]:
     """The parser with every built command, or with just `only` (start-up imports one module)."""
-    parser = Parser(prog="commbench", description=__doc__.splitlines()[0])
+    parser = Parser(
+        prog="commbench",
+        description="Collective-communication microbenchmarks for LLM parallelism: measure "
+        "DP/ZeRO/TP/PP/CP/EP traffic, fit alpha-beta link models, plan parallel configs.",
+    )
     parser.add_argument("--version", action="version", version=f"commbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     modules = {}

@@ -76,7 +76,8 @@ def predicted_vs_measured(rows: list[dict], band: float = BAND, note: str = "") 
 
 
 def plan_top(plan: Plan, name: str, top: int = 10) -> Figure:
-    """Horizontal stacked bars of the best `top` configs: comm per axis, compute, bubble (ms);
+    """Horizontal stacked bars of the best `top` configs: comm per axis, compute, bubble (ms, or
+    s for steps of seconds);
     a black tick at step_s when the plan gives it."""
     plt = setup()
     from matplotlib.lines import Line2D
@@ -96,19 +97,21 @@ def plan_top(plan: Plan, name: str, top: int = 10) -> Figure:
     fig, ax = plt.subplots(figsize=(WIDTH, 0.42 * len(cfgs) + 1.6))
     y = np.arange(len(cfgs))
     left = np.zeros(len(cfgs))
+    longest = max([c.step_s or 0.0 for c in cfgs] + [sum(c.comm_s.values()) for c in cfgs])
+    scale, unit = (1.0, "s") if longest >= 2.0 else (1e3, "ms")
     for part in parts:
         if part.startswith("comm "):
             w = np.array([c.comm_s.get(part[5:], 0.0) for c in cfgs])
         else:
             w = np.array([(getattr(c, f"{part}_s") or 0.0) for c in cfgs])
-        ax.barh(y, w * 1e3, left=left, color=cols[part], edgecolor="white", height=0.7)
-        left += w * 1e3
-    steps = [(i, c.step_s * 1e3) for i, c in enumerate(cfgs) if c.step_s is not None]
+        ax.barh(y, w * scale, left=left, color=cols[part], edgecolor="white", height=0.7)
+        left += w * scale
+    steps = [(i, c.step_s * scale) for i, c in enumerate(cfgs) if c.step_s is not None]
     for i, s in steps:
         ax.plot([s, s], [i - 0.42, i + 0.42], color="k", lw=2)
     ax.set_yticks(y, [f"#{c.rank} {c.label}" for c in cfgs])
     ax.invert_yaxis()
-    ax.set_xlabel("time per training step (ms)")
+    ax.set_xlabel(f"time per training step ({unit})")
     ax.grid(False, axis="y")
     handles = [Patch(color=cols[p], label=p) for p in parts]
     if steps:
@@ -122,7 +125,7 @@ def plan_top(plan: Plan, name: str, top: int = 10) -> Figure:
         + ", best first: predicted communication time per step split by mesh axis"
         + (", compute" if has_compute else "")
         + (", pipeline bubble" if has_bubble else "")
-        + " in milliseconds"
+        + (" in seconds" if unit == "s" else " in milliseconds")
         + (
             "; the black tick is the plan's step time (overlap makes it differ from the sum)"
             if steps
