@@ -69,6 +69,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_json_output(path: str | Path, doc: Any, flag: str = "-o") -> Path:
+    """Write a command's JSON output (plan, validation) atomically; a missing directory, a
+    directory given as the file or an unwritable place is a UsageError naming the flag."""
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        raise UsageError(f"{flag} {path}: directory {p.parent} does not exist")
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory (give a file name)")
+    try:
+        write_json_atomic(p, doc)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write ({e.strerror or e})") from None
+    return p
+
+
 def new_run_dir(root: Path, command: str, run_id: str | None = None) -> Path:
     """Create a fresh `<root>/<timestamp>-<command>-<random>` directory (mkdir is exclusive,
     so two runs never share one), or `<root>/<run_id>` when named (it must not exist yet)."""

@@ -212,7 +212,6 @@ def placement_text(place: dict) -> str:
 
 
 def header(result, out) -> None:
-    from commbench.sizes import format_size  # noqa: F401 (kept for symmetry with other tables)
 
     req, cal = result.request, result.calibration
     pc = req.model.param_counts()
@@ -379,6 +378,7 @@ def explain_text(ev, req, cal, out) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from commbench import plan
+    from commbench.results import write_json_output
 
     cal = load_calibration(args.calibration)
     req = request_from_args(args, cal)
@@ -392,7 +392,7 @@ def main(args: argparse.Namespace) -> int:
             "config": ev.as_dict(steps=True),
         }
         if args.output:
-            _write(args.output, doc)
+            write_json_output(args.output, doc)
         if args.json:
             json.dump(doc, out, indent=2)
             out.write("\n")
@@ -401,7 +401,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     result = plan.plan(req, cal)
     if args.output:
-        _write(args.output, result.as_dict())
+        write_json_output(args.output, result.as_dict())
     if args.json:
         json.dump(result.as_dict(args.top), out, indent=2)
         out.write("\n")
@@ -413,20 +413,3 @@ def main(args: argparse.Namespace) -> int:
     if args.output:
         out.write(f"plan: {args.output}\n")
     return 0
-
-
-def _write(path: str, doc: dict) -> None:
-    from pathlib import Path
-
-    from commbench.errors import UsageError
-    from commbench.results import write_json_atomic
-
-    p = Path(path)
-    if p.parent and not p.parent.exists():
-        raise UsageError(f"-o {path}: directory {p.parent} does not exist")
-    if p.is_dir():
-        raise UsageError(f"-o {path}: is a directory (give a file name)")
-    try:
-        write_json_atomic(p, doc)
-    except OSError as e:
-        raise UsageError(f"-o {path}: cannot write ({e.strerror or e})") from None

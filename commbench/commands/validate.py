@@ -147,19 +147,9 @@ def main(args: argparse.Namespace) -> int:
         "rows": rows,
     }
     if args.output:
-        from pathlib import Path
+        from commbench.results import write_json_output
 
-        from commbench.results import write_json_atomic
-
-        out = Path(args.output)
-        if out.parent and not out.parent.exists():
-            raise UsageError(f"-o {args.output}: directory {out.parent} does not exist")
-        if out.is_dir():
-            raise UsageError(f"-o {args.output}: is a directory (give a file name)")
-        try:
-            write_json_atomic(out, doc)
-        except OSError as e:
-            raise UsageError(f"-o {args.output}: cannot write ({e.strerror or e})") from None
+        write_json_output(args.output, doc)
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
