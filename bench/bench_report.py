@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _util import job_env, tool  # noqa: E402
 
 from commbench.report import ReportOptions, build_report  # noqa: E402
 
@@ -48,22 +51,6 @@ STAGES = [
 ]
 
 
-def env() -> dict:
-    e = dict(os.environ)
-    e.update(
-        OMPI_ALLOW_RUN_AS_ROOT="1",
-        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        PYTHONPATH=str(ROOT),
-        PYTHONUNBUFFERED="1",
-    )
-    return e
-
-
-def mpirun() -> str:
-    local = Path(sys.executable).parent / "mpirun"
-    return str(local) if local.exists() else "mpirun"
-
-
 def make_runs(root: Path, n: int) -> list[Path]:
     """The collectives suite and every strategy suite (quick), once; cached in `root`."""
     runs = []
@@ -74,9 +61,11 @@ def make_runs(root: Path, n: int) -> list[Path]:
         path = root / run_id
         if not (path / "meta.json").is_file():
             t = time.perf_counter()
-            cmd = [mpirun(), "-n", str(n), "--oversubscribe", sys.executable, "-m", "commbench",
+            cmd = [tool("mpirun"), "-n", str(n), "--oversubscribe", sys.executable, "-m", "commbench",
                    *args, "--backend", "mpi", "--results", str(root), "--run-id", run_id]  # fmt: skip
-            subprocess.run(cmd, check=True, env=env(), cwd=ROOT, timeout=1800, capture_output=True)
+            subprocess.run(
+                cmd, check=True, env=job_env(), cwd=ROOT, timeout=1800, capture_output=True
+            )
             print(f"# measured {run_id} in {time.perf_counter() - t:.1f} s ({n} ranks)")
         runs.append(path)
     return runs
@@ -128,7 +117,7 @@ def main() -> None:
     cal = out / "cal.json"
     subprocess.run(
         [sys.executable, "-m", "commbench", "fit", *map(str, runs), "-o", str(cal), "-q"],
-        check=True, env=env(), cwd=ROOT, capture_output=True, timeout=600,
+        check=True, env=job_env(), cwd=ROOT, capture_output=True, timeout=600,
     )  # fmt: skip
     saved = time_build(ReportOptions(runs=runs, calibration=cal, out=out / "saved"), args.repeat)
     cli = []
@@ -136,7 +125,7 @@ def main() -> None:
         t = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "commbench", "report", *map(str, runs), "-o", str(out / "cli")],
-            check=True, env=env(), cwd=ROOT, capture_output=True, timeout=600,
+            check=True, env=job_env(), cwd=ROOT, capture_output=True, timeout=600,
         )  # fmt: skip
         cli.append(time.perf_counter() - t)
 

@@ -31,6 +31,9 @@ from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _util import job_env, tool  # noqa: E402
 
 from commbench import calibration, validate  # noqa: E402
 
@@ -39,29 +42,17 @@ SWEEP_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "alltoallv"
              "sendrecv")  # fmt: skip
 
 
-def env() -> dict:
-    e = dict(os.environ)
-    e.update(
-        OMPI_ALLOW_RUN_AS_ROOT="1",
-        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        PYTHONPATH=str(REPO),
-        PYTHONUNBUFFERED="1",
-    )
-    return e
-
-
-def mpirun() -> str:
-    local = Path(sys.executable).parent / "mpirun"
-    return str(local) if local.exists() else "mpirun"
-
-
 def run(cmd: list[str], timeout: float) -> None:
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(), cwd=REPO)
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=job_env(), cwd=REPO
+    )
     if p.returncode:
         sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
         raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
-    print(f"#   {time.time() - t0:7.1f} s  {' '.join(cmd[3:] if cmd[0] == mpirun() else cmd)}")
+    print(
+        f"#   {time.time() - t0:7.1f} s  {' '.join(cmd[3:] if cmd[0] == tool('mpirun') else cmd)}"
+    )
 
 
 def load() -> str:
@@ -70,7 +61,7 @@ def load() -> str:
 
 def measure(out: Path, args: argparse.Namespace) -> None:
     py = [sys.executable, "-m", "commbench"]
-    mp = [mpirun(), "-n", str(args.np), "--oversubscribe", *py]
+    mp = [tool("mpirun"), "-n", str(args.np), "--oversubscribe", *py]
     common = ["--backend", "mpi", "--results", str(out)]
     if args.iters:
         common += ["--iters", str(args.iters)]

@@ -52,7 +52,7 @@ def substitute_dtype(step: Step, p: int, backend: str) -> tuple[Step, str]:
     return step.with_(dtype="float32", nbytes=nbytes), f"{step.dtype} as float32 on {backend}"
 
 
-def _split_schedule(step: Step, piece: int) -> tuple[Step, int]:
+def split_schedule(step: Step, piece: int) -> tuple[Step, int]:
     """Each send/recv of more than `piece` bytes becomes several messages (tags stay unique)."""
     el = dtype_size(step.dtype)
     piece = max(el, piece // el * el)
@@ -74,7 +74,7 @@ def _split_schedule(step: Step, piece: int) -> tuple[Step, int]:
     return step.with_(schedule=tuple(out), nbytes=most), k
 
 
-def _shrink_split(split: tuple[tuple[int, ...], ...], k: int, el: int) -> tuple:
+def shrink_split(split: tuple[tuple[int, ...], ...], k: int, el: int) -> tuple:
     """An all-to-all-v split with every entry divided by k (whole elements, kept non-empty)."""
     return tuple(tuple(max(el, b // k // el * el) if b else 0 for b in row) for row in split)
 
@@ -87,12 +87,12 @@ def fit_budget(step: Step, p: int, max_bytes: int | None) -> tuple[Step, float, 
         return step, 1.0, 1, False
     k = math.ceil((send + recv) / max_bytes)
     if step.op == "p2p_schedule":
-        new, k = _split_schedule(step, max_bytes // 2)
+        new, k = split_schedule(step, max_bytes // 2)
         return new, 1.0, k, False
     el = dtype_size(step.dtype)
     if step.op == "alltoallv":
         while True:
-            split = _shrink_split(step.split, k, el)
+            split = shrink_split(step.split, k, el)
             new = step.with_(split=split, nbytes=max(sum(r) for r in split))
             s, r = step_buffer_bytes(new, p)
             if s + r <= max_bytes or all(b <= el for row in split for b in row):

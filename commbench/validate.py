@@ -64,7 +64,7 @@ def _rel(pred: float | None, meas: float | None) -> float | None:
 def as_executed(program: Program, rec: dict) -> Program:
     """The point's Program as the suite ran it: chunked steps as their measured chunk and split
     pipelines as their pieces (execution's own helpers), each repeat times the suite's scale."""
-    from commbench.execution import _shrink_split, _split_schedule
+    from commbench.execution import shrink_split, split_schedule
 
     measured = {s["index"]: s for s in rec.get("steps") or []}
     steps = []
@@ -77,10 +77,10 @@ def as_executed(program: Program, rec: dict) -> Program:
         chunks, scale = m.get("chunks", 1), m.get("scale", 1.0)
         if st.op == "p2p_schedule":
             if chunks > 1:
-                ex, _ = _split_schedule(st, m["measured_bytes"])
+                ex, _ = split_schedule(st, m["measured_bytes"])
         elif m.get("extrapolated"):
             if st.op == "alltoallv":
-                split = _shrink_split(st.split, chunks, dtype_size(st.dtype))
+                split = shrink_split(st.split, chunks, dtype_size(st.dtype))
                 ex = st.with_(split=split, nbytes=max(sum(r) for r in split))
             else:
                 ex = st.with_(nbytes=m["measured_bytes"], dtype=m["measured_dtype"])

@@ -26,6 +26,7 @@ from commbench.formats.common import (
     read_lines,
     time_cell,
 )
+from commbench.program import bus_factor
 
 TOOL = "nccl-tests"
 BINARY_OPS = {
@@ -85,15 +86,15 @@ def _infer_op(rows: list[dict], p: int) -> str | None:
     unrooted = root is None or root < 0
     rooted = root is None or root >= 0
     cands = [
-        ("allreduce", 2 * (p - 1) / p, reduces and unrooted),
-        ("reduce_scatter", (p - 1) / p, reduces and unrooted),
-        ("allgather", (p - 1) / p, not reduces and unrooted),
-        ("alltoall", (p - 1) / p, not reduces and unrooted),
-        ("broadcast", 1.0, not reduces and rooted),
-        ("reduce", 1.0, reduces and rooted),
-        ("sendrecv", 1.0, not reduces and unrooted),
+        ("allreduce", reduces and unrooted),
+        ("reduce_scatter", reduces and unrooted),
+        ("allgather", not reduces and unrooted),
+        ("alltoall", not reduces and unrooted),
+        ("broadcast", not reduces and rooted),
+        ("reduce", reduces and rooted),
+        ("sendrecv", not reduces and unrooted),
     ]
-    ops = {op for op, f, ok in cands if ok and abs(ratio - f) <= tol * f}
+    ops = {op for op, ok in cands if ok and abs(ratio - (f := bus_factor(op, p))) <= tol * f}
     return ops.pop() if len(ops) == 1 else None
 
 
