@@ -3,49 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from pathlib import Path
 
+from commbench.commands.argtypes import (  # noqa: F401  (the measuring commands use them)
+    DEFAULT_RESULTS,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from commbench.errors import UsageError
 from commbench.launch import LaunchInfo, detect
 from commbench.runner import TimingConfig
 from commbench.session import SessionOptions
 from commbench.transport import BACKENDS, resolve_backend
 from commbench.transport.base import TIMING_MODES
-
-DEFAULT_RESULTS = Path("results")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number")
-    return value
-
 
 MAX_TIMEOUT_S = 1e6
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from commbench.commands.common import positive_int
+from commbench.commands.argtypes import positive_int
 
 HELP = "fit alpha-beta models to runs and write a calibration JSON"
 

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from commbench.commands.common import DEFAULT_RESULTS, positive_int
+from commbench.commands.argtypes import DEFAULT_RESULTS, positive_int
 from commbench.formats import IMPORTERS
 
 HELP = "import nccl-tests / OSU / IMB logs as a commbench run"

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from commbench.commands.common import positive_float, positive_int
+from commbench.commands.argtypes import positive_float, positive_int
 
 HELP = "rank TP/CP/EP/DP/PP configs for a model on a cluster from a calibration"
 

@@ -11,8 +11,8 @@ bubble; predicted vs measured (validate); the planner's top configs split by axi
 lists the runs used (partial ones marked) and everything it could not draw, with the reason.
 Reads records, calibrations and plans only: no transport is imported.
 Without --calibration the runs are fitted in memory (said on the page); --no-fit skips that.
-A plan file is JSON with "configs": [{"label", "comm_s": {axis: seconds}, "compute_s",
-"bubble_s", "step_s"}, ...], best first (commbench plan --json).
+A plan file is what `commbench plan -o FILE` writes: "configs" best first, each with a label,
+zero_stage and time_s {compute, bubble, tp, cp, ep, pp, dp_exposed, step}.
 """
 
 from __future__ import annotations
@@ -20,16 +20,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from commbench.commands.argtypes import DEFAULT_RESULTS, positive_int
+
 HELP = "draw PNG figures and one self-contained HTML report of runs, fits and plans"
-
-
-DEFAULT_RESULTS = Path("results")
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
-    return int(text)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
