@@ -10,7 +10,6 @@ without synthetic compute is drawn in units of one forward pass (backward = back
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 from commbench.patterns import pp
@@ -62,37 +61,16 @@ def _pass_of(acts, k: int) -> tuple[str, int]:
 
 
 def replay(schedule, message_s: float) -> tuple[list[Pass], float]:
-    """Every compute of `schedule` (per-stage Action tuples) as a Pass, and the makespan."""
-    p = len(schedule)
-    pos, clock = [0] * p, [0.0] * p
-    sent: dict[tuple[int, int, int], list[float]] = {}
-    blocked: dict[tuple[int, int, int], int] = {}
-    heap = [(0.0, i) for i in range(p)]
+    """Every compute of `schedule` (per-stage Action tuples) as a Pass, and the makespan
+    (pp.simulate's model, so the drawing and the planner agree)."""
     passes: list[Pass] = []
-    while heap:
-        _, i = heapq.heappop(heap)
-        acts = schedule[i]
-        while pos[i] < len(acts):
-            a = acts[pos[i]]
-            if a.kind == "compute":
-                d, mb = _pass_of(acts, pos[i])
-                passes.append(Pass(i, d, mb, clock[i], clock[i] + a.seconds))
-                clock[i] += a.seconds
-            elif a.kind == "send":
-                key = (i, i + a.peer, a.tag)
-                sent.setdefault(key, []).append(clock[i] + message_s)
-                if key in blocked:
-                    j = blocked.pop(key)
-                    heapq.heappush(heap, (clock[j], j))
-            else:
-                key = (i + a.peer, i, a.tag)
-                if not sent.get(key):
-                    blocked[key] = i
-                    break
-                clock[i] = max(clock[i], sent[key].pop(0))
-            pos[i] += 1
-    assert all(pos[i] == len(schedule[i]) for i in range(p)), f"schedule deadlocks at {pos}"
-    return passes, max(clock, default=0.0)
+
+    def record(stage: int, k: int, start: float, end: float) -> None:
+        direction, micro = _pass_of(schedule[stage], k)
+        passes.append(Pass(stage, direction, micro, start, end))
+
+    makespan, _ = pp.simulate(schedule, message_s, on_compute=record)
+    return passes, makespan
 
 
 def message_time(schedule, measured_s: float, iters: int = 60) -> float:

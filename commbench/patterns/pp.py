@@ -89,11 +89,14 @@ def schedule(
 
 
 def simulate(
-    sched: tuple[tuple[Action, ...], ...], message_s: float | Callable[[int], float] = 0.0
+    sched: tuple[tuple[Action, ...], ...],
+    message_s: float | Callable[[int], float] = 0.0,
+    on_compute: Callable[[int, int, float, float], None] | None = None,
 ) -> tuple[float, list[float]]:
     """Makespan and per-stage finish times of a schedule when sends never block, receives
     wait for their message (`message_s` after the send, or `message_s(nbytes)`) and compute
-    takes its seconds. Raises RuntimeError on a deadlock or an unmatched message (for tests
+    takes its seconds; `on_compute(stage, action index, start, end)` sees every compute (the
+    report's timeline). Raises RuntimeError on a deadlock or an unmatched message (for tests
     and planners)."""
     cost = message_s if callable(message_s) else (lambda nbytes: message_s)
     p = len(sched)
@@ -106,6 +109,8 @@ def simulate(
         while pos[i] < len(sched[i]):
             a = sched[i][pos[i]]
             if a.kind == "compute":
+                if on_compute is not None:
+                    on_compute(i, pos[i], clock[i], clock[i] + a.seconds)
                 clock[i] += a.seconds
             elif a.kind == "send":
                 key = (i, i + a.peer, a.tag)
