@@ -262,9 +262,7 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
             sequence_parallel=req.sequence_parallel,
             recompute=req.recompute,
         ).as_dict()
-        mem["kv_cache"] = 0.0
-        mem["total"] = sum(mem[k] for k in ("weights", "grads", "optimizer", "activations"))
-        return mem
+        return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
     weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")
     sequences = req.batch // cfg.dp  # every micro-batch's cache lives on every stage
     kv = kv_cache_bytes(model, seq * sequences, "bfloat16", cfg.tp, cfg.pp, cfg.cp)
