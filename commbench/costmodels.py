@@ -12,14 +12,6 @@ from __future__ import annotations
 import math
 
 MODELS = ("ring", "tree", "rabenseifner", "pairwise")
-MODEL_DOC = {
-    "ring": "ring all-reduce/all-gather/reduce-scatter, pairwise all-to-all, pipelined-chain "
-    "broadcast/reduce (NCCL Ring; Thakur 2005)",
-    "tree": "recursive doubling/halving, Bruck all-to-all, binomial broadcast/reduce (Thakur 2005)",
-    "rabenseifner": "recursive halving + doubling all-reduce, scatter + all-gather broadcast "
-    "(Rabenseifner; van de Geijn), recursive all-gather/reduce-scatter, pairwise all-to-all",
-    "pairwise": "direct exchange with every peer; linear (flat) broadcast/reduce",
-}
 # Ops a model can price; p2p_schedule is a pipeline, priced step by step by the planner.
 MODELLED_OPS = (
     "allreduce",

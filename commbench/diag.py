@@ -19,10 +19,6 @@ _DIR = os.environ.get(ENV)
 _marks: dict[str, float] = {}
 
 
-def enabled() -> bool:
-    return bool(_DIR)
-
-
 def mark(event: str) -> None:
     """Remember when `event` first happened (time.time(), comparable across local ranks)."""
     if _DIR and event not in _marks:

@@ -101,10 +101,6 @@ class ProgramEstimate:
     def extrapolated(self) -> bool:
         return any(s.extrapolated for s in self.steps)
 
-    def phase_comm_s(self, phase: str) -> float:
-        """Communication seconds of the steps of one phase (forward, backward, ...)."""
-        return sum(s.comm_s or 0.0 for s in self.steps if s.phase == phase)
-
 
 def busiest_bytes(step: Step) -> int:
     """S at which a step is priced: alltoallv the largest per-rank send or receive total."""

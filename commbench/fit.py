@@ -138,19 +138,6 @@ def _solve(s0, r1, r2, s11, s12, s22):
     return a, b, np.maximum(rss, 0.0)
 
 
-def _solve1(s0, r1, r2, s11, s12, s22) -> tuple[float, float]:
-    """`_solve` for one problem in plain floats (the per-segment refits: no array overhead)."""
-    det = s11 * s22 - s12 * s12
-    if det > 1e-12 * s11 * s22:
-        a = (s22 * r1 - s12 * r2) / det
-        b = (s11 * r2 - s12 * r1) / det
-        if a >= 0 and b >= 0:
-            return a, b
-    b_ax = r2 / s22 if s22 > 0 else 0.0
-    a_ax = r1 / s11 if s11 > 0 else 0.0
-    return (0.0, b_ax) if s0 - r2 * b_ax < s0 - r1 * a_ax else (a_ax, 0.0)
-
-
 def _stats(w, f1, f2, axis=-1):
     """The six sufficient statistics of `_solve` summed along `axis` (one reduction)."""
     wf1, wf2 = w * f1, w * f2

@@ -17,7 +17,6 @@ import numpy as np
 
 from commbench.errors import UsageError
 
-DENSE_AXES = ("tp", "cp", "dp", "pp")
 DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
 EXPERT_AXES = ("tp", "ep", "edp", "pp")
 

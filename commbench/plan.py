@@ -62,7 +62,6 @@ DEFAULT_TOKENS = {"train": 1 << 22, "infer": 1 << 18}  # 4M tokens: Llama 2's gl
 MODES = ("train", "infer")
 ORDERS = ("megatron", "all")
 DENSE = ("tp", "cp", "dp", "pp")
-COMM_AXES = ("tp", "cp", "ep", "pp", "dp")
 
 
 # ---- the request ------------------------------------------------------------------------------

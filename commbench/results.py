@@ -17,7 +17,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -336,27 +336,3 @@ def read_run(path: str | Path) -> Run:
     meta = read_meta(path / META) if (path / META).exists() else {}
     found = read_records(path / RECORDS) if (path / RECORDS).exists() else RecordsFile([])
     return Run(path, meta, found.records, found.torn_line)
-
-
-def read_runs(paths: Iterable[str | Path]) -> list[Run]:
-    """Load several run directories (each as read_run)."""
-    return [read_run(p) for p in paths]
-
-
-def latest_runs(root: Path, n: int | None = None) -> list[Path]:
-    """Run directories under `root`, newest first (by name: names start with a timestamp)."""
-    if not root.is_dir():
-        return []
-    runs = sorted(
-        (p for p in root.iterdir() if p.is_dir() and is_run_dir(p)),
-        key=lambda p: p.name,
-        reverse=True,
-    )
-    return runs[:n] if n else runs
-
-
-def to_frame(records: list[dict]):
-    """Records as a pandas DataFrame (pandas imported here, never on the MPI path)."""
-    import pandas as pd
-
-    return pd.DataFrame.from_records(records)

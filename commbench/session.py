@@ -143,11 +143,6 @@ class Session:
         if self.is_root:
             print(text, flush=True)
 
-    def warn(self, text: str) -> None:
-        if self.is_root or self.opts.verbose:
-            prefix = "" if self.is_root else f"[rank {self.launch.rank}] "
-            print(f"{prefix}commbench: warning: {text}", file=sys.stderr, flush=True)
-
     # ---- lifecycle ----
     def __enter__(self) -> Session:
         self._install_signals()

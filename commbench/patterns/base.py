@@ -109,12 +109,6 @@ def pad_bytes(nbytes: float, p: int, dtype: str) -> int:
     return max(unit, math.ceil(nbytes / unit) * unit)
 
 
-def elements_bytes(nbytes: float, dtype: str) -> int:
-    """Round up to whole elements."""
-    el = dtype_size(dtype)
-    return max(el, math.ceil(nbytes / el) * el)
-
-
 def buckets(total: int, first: int, cap: int) -> list[tuple[int, int, str]]:
     """PyTorch DDP bucketing of `total` gradient bytes: a first bucket of `first` bytes, then
     buckets of `cap`, the remainder last. Returns (bytes, count, which) with equal sizes merged."""
