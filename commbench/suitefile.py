@@ -21,7 +21,7 @@ from commbench import patterns
 from commbench.errors import UsageError
 from commbench.layout import DEFAULT_ORDER, ParallelLayout
 from commbench.models import ModelShape, get_model
-from commbench.patterns.base import violations
+from commbench.patterns.base import field_path, violations
 from commbench.program import Program
 from commbench.sizes import parse_size
 
@@ -83,10 +83,12 @@ def parse_degree(value: Any, where: str) -> DegreeSpec:
     if isinstance(value, dict):
         unknown = set(value) - {"min", "max"}
         if unknown:
-            raise UsageError(f"{where}.{sorted(unknown)[0]}: unknown key; use min and max")
+            raise UsageError(
+                f"{field_path(where, sorted(map(str, unknown))[0])}: unknown key; use min and max"
+            )
         for k, v in value.items():
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise UsageError(f"{where}.{k}: expected a positive integer, got {v!r}")
+                raise UsageError(f"{field_path(where, k)}: expected a positive integer, got {v!r}")
         return DegreeSpec("auto", lo=value.get("min", 2), hi=value.get("max"))
     raise UsageError(
         f"{where}: expected an integer, a list, auto, max or {{min: N, max: N}}, got {value!r}"
@@ -178,7 +180,9 @@ def _mapping(value: Any, where: str, keys: tuple[str, ...]) -> dict:
         raise UsageError(f"{where}: expected a mapping, got {type(value).__name__}")
     for k in value:
         if k not in keys:
-            raise UsageError(f"{where}.{k}: unknown key; expected one of {', '.join(keys)}")
+            raise UsageError(
+                f"{field_path(where, k)}: unknown key; expected one of {', '.join(keys)}"
+            )
     return value
 
 
@@ -189,7 +193,9 @@ def _timing(value: Any, where: str) -> dict[str, Any]:
         want = TIMING_KEYS[k]
         ok = isinstance(v, int | float) if want is float else isinstance(v, int)
         if not ok or isinstance(v, bool) or v < (0 if k == "warmup" else 1e-9):
-            raise UsageError(f"{where}.{k}: expected a positive {want.__name__}, got {v!r}")
+            raise UsageError(
+                f"{field_path(where, k)}: expected a positive {want.__name__}, got {v!r}"
+            )
         out[k] = want(v)
     return out
 

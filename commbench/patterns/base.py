@@ -212,10 +212,14 @@ def options_from_dict(cls: type, data: dict | None, where: str) -> Any:
     values = {}
     for key, value in data.items():
         if key not in names:
-            raise UsageError(f"{where}.{key}: unknown option; choose from {', '.join(names)}")
+            raise UsageError(
+                f"{field_path(where, key)}: unknown option; choose from {', '.join(names)}"
+            )
         ok, conv = _accepts(hints[key], value, key)
         if not ok:
-            raise UsageError(f"{where}.{key}: expected {_type_name(hints[key])}, got {value!r}")
+            raise UsageError(
+                f"{field_path(where, key)}: expected {_type_name(hints[key])}, got {value!r}"
+            )
         values[key] = conv
     try:
         return cls(**values)
@@ -235,6 +239,13 @@ SHORT_OPTIONS = {
     "seq_len": "seq",
     "capacity_factor": "cf",
 }
+
+
+def field_path(where: str, key: Any) -> str:
+    """`where.key` for error messages; a key that is not a plain name (a YAML key can be any
+    text, newlines included) is quoted so the message stays one line."""
+    plain = isinstance(key, str) and re.fullmatch(r"[\w.+-]+", key) is not None
+    return f"{where}.{key if plain else repr(key)}"
 
 
 def options_label(swept: dict | None) -> str:
