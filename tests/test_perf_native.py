@@ -116,7 +116,11 @@ def test_run_imports_nothing_heavy(tmp_path):
         loaded = {m.split(".")[0] for m in d["modules"]}
         assert not loaded & {*HEAVY, "yaml", "jsonschema"}, sorted(loaded & {*HEAVY})
         commands = {m for m in d["modules"] if m.startswith("commbench.commands.")}
-        assert commands == {"commbench.commands.run", "commbench.commands.common"}, commands
+        assert commands == {
+            "commbench.commands.run",
+            "commbench.commands.common",
+            "commbench.commands.argtypes",
+        }, commands
 
 
 @pytest.mark.mpi
