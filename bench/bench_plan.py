@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from commbench import calibration, plan, reference  # noqa: E402
-from commbench.models import get_model  # noqa: E402
+from commbench.traffic.models import get_model  # noqa: E402
 
 SEARCHES = {
     "default": {"zero_stages": (0, 1, 2, 3)},

@@ -20,10 +20,11 @@ import json
 import sys
 from pathlib import Path
 
-# commbench first: it initialises MPI (thread level "serialized") before the floor imports it
-from commbench.layout import sweep_mesh
-from commbench.program import Step, round_bytes
 from commbench.runner import Runner, TimingConfig
+
+# commbench first: it initialises MPI (thread level "serialized") before the floor imports it
+from commbench.traffic.layout import sweep_mesh
+from commbench.traffic.program import Step, round_bytes
 from commbench.transport import native
 from commbench.transport.mpi import MPI, MPICommunicator
 

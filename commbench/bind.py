@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from commbench.data import Fill, concat, count_wrong, fill, fill_sum, fill_zeros
-from commbench.program import Step, dtype_size
+from commbench.traffic.program import Step, dtype_size
 from commbench.transport.base import Communicator, Fn
 
 POISON = 1000  # seed of the junk written into receive buffers before a check

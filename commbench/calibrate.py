@@ -16,7 +16,7 @@ from commbench.calibration import SCHEMA_VERSION
 from commbench.fit import FitOptions, SeriesFitResult, fit_series
 from commbench.fitdata import Collected, SeriesData, SeriesKey
 from commbench.linkfit import LinkEntry, fit_link_table
-from commbench.program import bus_factor
+from commbench.traffic.program import bus_factor
 
 
 @dataclass

@@ -43,8 +43,8 @@ from commbench.costmodels import MODELLED_OPS, model_time
 from commbench.errors import UsageError
 from commbench.fit import predict_segments
 from commbench.fitdata import SeriesKey, canonical_dtype_name, canonical_op
-from commbench.program import DTYPE_SIZES, OPS
 from commbench.sizes import format_size
+from commbench.traffic.program import DTYPE_SIZES, OPS
 
 SCHEMA_VERSION = 1
 KINDS = ("measured", "reference")

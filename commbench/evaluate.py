@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from commbench.calibration import Calibration, Prediction
 from commbench.errors import UsageError
 from commbench.fitdata import canonical_dtype_name
-from commbench.layout import ParallelLayout
-from commbench.patterns.base import resolve_axis
-from commbench.program import DTYPE_SIZES, OPS, Program, Step, record_bytes
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.patterns.base import resolve_axis
+from commbench.traffic.program import DTYPE_SIZES, OPS, Program, Step, record_bytes
 
 DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
 P2P_OP = "sendrecv"  # a pipeline message is priced as one send/recv between two neighbours
@@ -183,7 +183,7 @@ class Evaluator:
     # ---- one step --------------------------------------------------------------------------
     def step(self, index: int, step: Step, size: int, link_class: str) -> StepEstimate:
         """Estimate of one Program step run on groups of `size` over `link_class`."""
-        from commbench.execution import substitute_dtype
+        from commbench.traffic.execution import substitute_dtype
 
         run = step
         if self.backend is not None and size > 1 and step.op in OPS and OPS[step.op].reduces:
@@ -230,7 +230,7 @@ class Evaluator:
 
     def _schedule(self, step: Step, base: dict) -> StepEstimate:
         """Simulate a p2p schedule with every message priced as a neighbour send/recv."""
-        from commbench.patterns.pp import simulate
+        from commbench.traffic.patterns.pp import simulate
 
         link = base["link_class"]
         sizes = sorted({a.nbytes for acts in step.schedule for a in acts if a.kind == "send"})

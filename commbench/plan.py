@@ -41,19 +41,19 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from commbench import patterns
 from commbench.calibration import Calibration
 from commbench.errors import UsageError
 from commbench.evaluate import Evaluator, ProgramEstimate
-from commbench.layout import DEFAULT_ORDER, ParallelLayout, host_map
-from commbench.models import (
+from commbench.traffic import patterns
+from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout, host_map
+from commbench.traffic.models import (
     ModelShape,
     activation_bytes_per_layer,
     kv_cache_bytes,
     training_memory,
 )
-from commbench.patterns.base import resolve_axis, violations
-from commbench.program import Program, dtype_size
+from commbench.traffic.patterns.base import resolve_axis, violations
+from commbench.traffic.program import Program, dtype_size
 
 GB = 1e9
 COMM_BOUND = 0.30  # seed article: communication over ~30% of the step
@@ -655,7 +655,7 @@ class Planner:
 def forward_only(prog: Program) -> Program:
     """Inference: the forward steps of a training Program; a 1F1B schedule keeps its forward
     messages (even tags, patterns.pp.tag) and compute, so it becomes a forward pipeline."""
-    from commbench.patterns.pp import FWD
+    from commbench.traffic.patterns.pp import FWD
 
     steps = []
     for st in prog.steps:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commbench.patterns import pp
+from commbench.traffic.patterns import pp
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def message_time(schedule, measured_s: float, iters: int = 60) -> float:
 def timeline(point: dict, run: str = "") -> Timeline | None:
     """The timeline of a suite `pp` point record of run `run`; None when it has no pipeline
     (pp = 1)."""
-    from commbench import patterns
+    from commbench.traffic import patterns
 
     _layout, _model, options, program = patterns.rebuild(point)
     steps = [s for s in program.steps if s.op == "p2p_schedule"]

@@ -16,8 +16,8 @@ import numpy as np
 
 from commbench import diag
 from commbench.bind import BufferPool, bind
-from commbench.layout import GroupInfo
-from commbench.program import Step, bus_factor, dtype_size, record_bytes, step_buffer_bytes
+from commbench.traffic.layout import GroupInfo
+from commbench.traffic.program import Step, bus_factor, dtype_size, record_bytes, step_buffer_bytes
 from commbench.transport.base import PER_ITERATION, TIMING_MODES, Communicator
 
 

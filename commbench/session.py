@@ -28,10 +28,10 @@ from commbench import __version__, diag
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
 from commbench.faults import START, Injector
 from commbench.launch import LaunchInfo
-from commbench.layout import host_map
 from commbench.notice import Notice
 from commbench.results import RunWriter
 from commbench.runner import Interrupted, Runner, TimingConfig
+from commbench.traffic.layout import host_map
 from commbench.transport import library_versions, load_backend, open_world
 from commbench.transport.base import Communicator
 

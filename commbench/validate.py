@@ -43,9 +43,9 @@ from statistics import median
 from commbench.calibration import Calibration
 from commbench.errors import UsageError
 from commbench.evaluate import Evaluator
-from commbench.patterns.base import options_label
-from commbench.program import Program, dtype_size
 from commbench.results import Run, read_run
+from commbench.traffic.patterns.base import options_label
+from commbench.traffic.program import Program, dtype_size
 
 GOAL = 0.20  # the issue's accuracy goal: median |error| per pattern under 20%
 
@@ -64,7 +64,7 @@ def _rel(pred: float | None, meas: float | None) -> float | None:
 def as_executed(program: Program, rec: dict) -> Program:
     """The point's Program as the suite ran it: chunked steps as their measured chunk and split
     pipelines as their pieces (execution's own helpers), each repeat times the suite's scale."""
-    from commbench.execution import shrink_split, split_schedule
+    from commbench.traffic.execution import shrink_split, split_schedule
 
     measured = {s["index"]: s for s in rec.get("steps") or []}
     steps = []
@@ -92,7 +92,7 @@ def compare(
     runs: list[str | Path | Run], calibration: Calibration, extrapolate: bool = False
 ) -> list[dict]:
     """One row per suite point of `runs` (run directories or read Runs): measured vs predicted."""
-    from commbench import patterns
+    from commbench.traffic import patterns
 
     evaluators: dict[str, Evaluator | str] = {}
     rows = []

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from commbench.launch import detect
-from commbench.layout import sweep_mesh
-from commbench.program import Action, Step, round_bytes
 from commbench.runner import Runner, TimingConfig
 from commbench.session import Session, SessionOptions
+from commbench.traffic.layout import sweep_mesh
+from commbench.traffic.program import Action, Step, round_bytes
 from commbench.transport.base import PER_ITERATION, PIPELINED
 
 SIZES = (8, 1000, 64 << 10)

@@ -12,7 +12,7 @@ import numpy as np
 from commbench import calibrate
 from commbench.calibration import Calibration
 from commbench.fitdata import Collected, SeriesData, SeriesKey
-from commbench.program import bus_factor
+from commbench.traffic.program import bus_factor
 
 ALPHA_S = 20e-6  # stated latency per op (synthetic)
 BUSBW = 2e9  # stated bus bandwidth, B/s (synthetic)

@@ -22,13 +22,14 @@ from pathlib import Path
 import yaml
 from hypothesis import strategies as st
 
-from commbench import calibration, patterns
+from commbench import calibration
 from commbench.errors import UsageError
 from commbench.fitdata import FIT_FIELDS, collect
-from commbench.models import ModelShape
-from commbench.program import OPS
 from commbench.results import Run, _check_record
-from commbench.suitefile import DEGREE_AXES, RUN_KEYS, SUITE_KEYS
+from commbench.traffic import patterns
+from commbench.traffic.models import ModelShape
+from commbench.traffic.program import OPS
+from commbench.traffic.suitefile import DEGREE_AXES, RUN_KEYS, SUITE_KEYS
 
 # ---- shared ----
 
@@ -233,7 +234,7 @@ def check_points(points, world: int) -> None:
     """What `commbench suite` relies on once a suite expanded: whole layouts, traffic, a
     measurable plan for every point, and a dry-run listing."""
     from commbench.commands.suite import max_bytes_for
-    from commbench.execution import plan
+    from commbench.traffic.execution import plan
 
     assert points
     for pt in points:
@@ -249,7 +250,7 @@ def read_suite(path: Path) -> None:
     """load_suite (plain and --quick), then expand on 2, 4 and 8 ranks, plan and dry-run each:
     a UsageError anywhere is fine, anything else is a crash."""
     from commbench.commands.suite import dry_run
-    from commbench.suitefile import expand, load_suite
+    from commbench.traffic.suitefile import expand, load_suite
 
     for quick in (False, True):
         try:

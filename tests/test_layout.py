@@ -1,7 +1,7 @@
 import pytest
 
 from commbench.errors import UsageError
-from commbench.layout import Mesh, ParallelLayout, host_map, sweep_mesh
+from commbench.traffic.layout import Mesh, ParallelLayout, host_map, sweep_mesh
 
 
 def test_megatron_order_example():

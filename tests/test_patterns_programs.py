@@ -6,13 +6,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from commbench import patterns
 from commbench.errors import UsageError
-from commbench.layout import ParallelLayout, host_map
-from commbench.models import ModelShape, get_model
-from commbench.patterns import collectives, cp, dp, ep, pp, tp, zero
-from commbench.patterns.base import buckets, resolve_axis
-from commbench.program import bus_factor
+from commbench.traffic import patterns
+from commbench.traffic.layout import ParallelLayout, host_map
+from commbench.traffic.models import ModelShape, get_model
+from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
+from commbench.traffic.patterns.base import buckets, resolve_axis
+from commbench.traffic.program import bus_factor
 
 MiB = 1 << 20
 L7 = get_model("llama-7b")
@@ -194,7 +194,7 @@ def test_pp_program_activation_bytes():
 
 
 def test_simulate_detects_deadlock():
-    from commbench.program import Action
+    from commbench.traffic.program import Action
 
     bad = ((Action("recv", 1, 8, tag=0), Action("send", 1, 8, tag=1)),
            (Action("recv", -1, 8, tag=1), Action("send", -1, 8, tag=0)))  # fmt: skip

@@ -9,14 +9,14 @@ import textwrap
 
 import pytest
 
-from commbench import patterns
 from commbench.errors import UsageError
-from commbench.execution import fit_budget, plan
-from commbench.layout import ParallelLayout
-from commbench.models import get_model
-from commbench.program import Step
 from commbench.results import MEASURED_FIELDS, read_run
-from commbench.suitefile import (
+from commbench.traffic import patterns
+from commbench.traffic.execution import fit_budget, plan
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import get_model
+from commbench.traffic.program import Step
+from commbench.traffic.suitefile import (
     Overrides,
     apply_overrides,
     expand,
@@ -39,7 +39,7 @@ def write(tmp_path, text: str, name="s.yaml"):
 # ---- loading and adapting ----
 def test_built_in_suites_exist_and_the_top_level_link():
     assert suite_names() == BUILT_IN
-    assert (REPO / "suites").resolve() == (REPO / "commbench" / "suites").resolve()
+    assert (REPO / "suites").resolve() == (REPO / "commbench" / "traffic" / "suites").resolve()
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
@@ -264,7 +264,7 @@ def test_max_bytes_measures_a_chunk_and_scales():
         assert [a for a in after if a.kind == "compute"] == [
             a for a in before if a.kind == "compute"
         ]
-    from commbench.patterns.pp import simulate
+    from commbench.traffic.patterns.pp import simulate
 
     simulate(m.step.schedule)  # still deadlock-free, every piece matched
 

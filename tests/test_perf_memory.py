@@ -40,7 +40,7 @@ def test_fill_matches_eager_patterns(dtype, n, start, chunk):
 BIND_SCRIPT = """
 import json, tracemalloc
 from commbench.bind import BufferPool, bind
-from commbench.program import Step
+from commbench.traffic.program import Step
 from commbench.transport.mpi import MPICommunicator
 
 comm = MPICommunicator.world()

@@ -9,11 +9,9 @@ import json
 import pytest
 from plan_samples import ALPHA_S, BUSBW, stated_time, synthetic_calibration
 
-from commbench import calibration, models, reference
+from commbench import calibration, reference
 from commbench.errors import UsageError
 from commbench.evaluate import Evaluator, busiest_bytes
-from commbench.layout import ParallelLayout
-from commbench.patterns import pp as pp_pattern
 from commbench.plan import (
     Config,
     Planner,
@@ -24,7 +22,10 @@ from commbench.plan import (
     parse_config,
     plan,
 )
-from commbench.program import Program, Step
+from commbench.traffic import models
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.patterns import pp as pp_pattern
+from commbench.traffic.program import Program, Step
 
 from conftest import run_single
 

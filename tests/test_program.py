@@ -3,7 +3,7 @@
 import pytest
 
 from commbench.errors import UsageError
-from commbench.program import OPS, bus_factor, canonical_dtype, op_spec, round_bytes
+from commbench.traffic.program import OPS, bus_factor, canonical_dtype, op_spec, round_bytes
 
 
 @pytest.mark.parametrize("p", [1, 2, 4, 8, 16])

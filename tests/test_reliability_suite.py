@@ -25,8 +25,8 @@ from reliability import (
     wait_for_records,
 )
 
-from commbench.execution import plan
-from commbench.suitefile import expand, load_suite
+from commbench.traffic.execution import plan
+from commbench.traffic.suitefile import expand, load_suite
 
 pytestmark = pytest.mark.mpi
 

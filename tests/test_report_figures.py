@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from report_checks import PNG_SIGNATURE, png_size
 
-from commbench import patterns
 from commbench.errors import UsageError
 from commbench.figures import models, setup, size_axis
-from commbench.layout import ParallelLayout
-from commbench.models import get_model
-from commbench.patterns import pp
 from commbench.pptimeline import replay, timeline
 from commbench.reportdata import PointRow, ep_loads, load_plan
 from commbench.reporthtml import Table, table_html
+from commbench.traffic import patterns
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import get_model
+from commbench.traffic.patterns import pp
 
 
 def point_record(pattern: str, layout: ParallelLayout, model: str, options: dict) -> dict:

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def suites() -> list[str]:
-    from commbench.suitefile import load_suite, suite_names
+    from commbench.traffic.suitefile import load_suite, suite_names
 
     lines = ["# suites (commbench suite NAME; --quick for the small sweep)"]
     for name in suite_names():
@@ -29,7 +29,7 @@ def suites() -> list[str]:
 
 
 def patterns_() -> list[str]:
-    from commbench.patterns import PATTERNS
+    from commbench.traffic.patterns import PATTERNS
 
     lines = ["# patterns (suite files: runs[].pattern, options, sweep)"]
     for spec in PATTERNS.values():
@@ -40,7 +40,7 @@ def patterns_() -> list[str]:
 
 
 def models() -> list[str]:
-    from commbench.models import PRESETS, kv_cache_bytes_per_token
+    from commbench.traffic.models import PRESETS, kv_cache_bytes_per_token
 
     lines = [
         "# model presets (params derived from the shape; --model NAME[:key=value,...])",
@@ -59,7 +59,7 @@ def models() -> list[str]:
 
 
 def ops() -> list[str]:
-    from commbench.program import OPS
+    from commbench.traffic.program import OPS
 
     factors = {1.0: "1", 0.5: "(p-1)/p"}
     lines = ["# ops (bytes S and bus bandwidth as nccl-tests; p = group size)"]

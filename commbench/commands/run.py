@@ -14,8 +14,8 @@ import argparse
 
 from commbench.commands import common
 from commbench.errors import UsageError
-from commbench.program import OPS, Step, canonical_dtype, op_spec, round_bytes
 from commbench.sizes import parse_size, parse_sizes, sweep
+from commbench.traffic.program import OPS, Step, canonical_dtype, op_spec, round_bytes
 
 HELP = "sweep one collective over message sizes (nccl-tests / OSU style)"
 
@@ -136,8 +136,8 @@ def columns():
 
 def main(args: argparse.Namespace) -> int:
     from commbench.console import Table
-    from commbench.program import supports
     from commbench.session import Session
+    from commbench.traffic.program import supports
 
     launch = common.launch_info()
     steps, p = build_steps(args, launch.size)
@@ -146,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
     if why:
         raise UsageError(why)
     timing = common.timing_config(args)
-    from commbench.layout import sweep_mesh
+    from commbench.traffic.layout import sweep_mesh
 
     with Session(launch, opts, timing) as s:
         info = sweep_mesh(s.world.size, p, args.placement, s.nodes).info("group")

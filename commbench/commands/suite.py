@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from commbench.commands import common
 from commbench.errors import UsageError
-from commbench.patterns.base import options_label
+from commbench.traffic.patterns.base import options_label
 
 HELP = "run strategy traffic suites (tp, dp, zero, pp, cp, ep, collectives, smoke, all)"
 DEFAULT_MAX_BYTES = 128 << 20
@@ -83,9 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ---- preparing (pure, identical on every rank) ----
 def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     """The suite, its points on `world` ranks, and the per-rank byte budget."""
-    from commbench.models import parse_model_arg
     from commbench.sizes import parse_size
-    from commbench.suitefile import (
+    from commbench.traffic.models import parse_model_arg
+    from commbench.traffic.suitefile import (
         Overrides,
         apply_overrides,
         expand,
@@ -151,8 +151,8 @@ def config_record(point) -> dict:
 # ---- dry run ----
 def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) -> None:
     """Print every point's Program and what would be measured, without communicating."""
-    from commbench.execution import plan
     from commbench.sizes import format_size
+    from commbench.traffic.execution import plan
 
     world = points[0].layout.world
     hosts = len(set(points[0].layout.nodes)) or 1
@@ -192,7 +192,7 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
 
 
 def _bytes(step) -> int:
-    from commbench.program import record_bytes
+    from commbench.traffic.program import record_bytes
 
     return record_bytes(step)
 
@@ -206,7 +206,7 @@ def _fmt(v) -> str:
 # ---- measuring ----
 def point_summary(point, plan, results: list[dict | None]) -> dict:
     """Per-point totals from the measured steps: time, bytes, bus bandwidth, breakdown."""
-    from commbench.execution import bus_bytes
+    from commbench.traffic.execution import bus_bytes
 
     prog = point.program
     time_us = bus = nbytes = 0.0
@@ -282,8 +282,8 @@ def point_columns():
 
 def breakdown_lines(point, plan, results, summary) -> Iterable[str]:
     """One line per measured step: op, axis, placement, size x count, time per op, total."""
-    from commbench.program import bus_factor
     from commbench.sizes import format_size
+    from commbench.traffic.program import bus_factor
 
     prog = point.program
     for m, rec in zip(plan, results):
@@ -309,7 +309,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--world sets the world size of --dry-run only; launch with mpirun -n N")
     world = args.world or launch.size
     if args.dry_run:
-        from commbench.layout import host_map
+        from commbench.traffic.layout import host_map
 
         if args.ranks_per_node and world % args.ranks_per_node:
             raise UsageError(
@@ -339,9 +339,9 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     import dataclasses
 
     from commbench.console import Table
-    from commbench.execution import plan
     from commbench.session import Session
     from commbench.sizes import format_size
+    from commbench.traffic.execution import plan
 
     first_timing = timings[id(points[0].run)]
     with Session(launch, opts, first_timing) as s:

@@ -21,9 +21,9 @@ from commbench.figures import (
     setup,
     size_axis,
 )
-from commbench.program import bus_factor
 from commbench.reportdata import Curve
 from commbench.sizes import format_size
+from commbench.traffic.program import bus_factor
 
 KEY_EXTRAS = ("dtype", "backend", "timing", "placement")
 

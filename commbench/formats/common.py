@@ -12,7 +12,7 @@ from pathlib import Path
 
 from commbench.errors import UsageError
 from commbench.fitdata import canonical_dtype_name, canonical_op
-from commbench.program import DTYPE_SIZES, OPS, bus_factor
+from commbench.traffic.program import DTYPE_SIZES, OPS, bus_factor
 
 # MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names
 MPI_DTYPES = {

@@ -26,7 +26,7 @@ from commbench.formats.common import (
     read_lines,
     time_cell,
 )
-from commbench.program import bus_factor
+from commbench.traffic.program import bus_factor
 
 TOOL = "nccl-tests"
 BINARY_OPS = {

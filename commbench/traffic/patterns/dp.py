@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commbench.layout import ParallelLayout
-from commbench.models import ModelShape
-from commbench.patterns.base import TrafficOptions, buckets, check, dp_axis, dp_size
-from commbench.program import Program, Step, dtype_size
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import ModelShape
+from commbench.traffic.patterns.base import TrafficOptions, buckets, check, dp_axis, dp_size
+from commbench.traffic.program import Program, Step, dtype_size
 
 NAME = "dp"
 AXIS = "dp"

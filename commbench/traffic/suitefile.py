@@ -1,6 +1,6 @@
 """Suite files: which patterns, models, degrees and options `commbench suite NAME` runs.
 
-A suite is YAML (commbench/suites/*.yaml, or any path): `description`, `timing` defaults,
+A suite is YAML (commbench/traffic/suites/*.yaml, or any path): `description`, `timing` defaults,
 `max_bytes`, `include` (other suites' runs) and `runs`, each with a `pattern`, `models`
 (preset names or shape mappings), `degrees` (tp/cp/pp/ep: an int, a list, `auto` = every
 divisor >= 2 of the world the model allows, `max` = the largest such, or {min, max}),
@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench import patterns
 from commbench.errors import UsageError
-from commbench.layout import DEFAULT_ORDER, ParallelLayout
-from commbench.models import ModelShape, get_model
-from commbench.patterns.base import field_path, violations
-from commbench.program import Program
 from commbench.sizes import parse_size
+from commbench.traffic import patterns
+from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
+from commbench.traffic.models import ModelShape, get_model
+from commbench.traffic.patterns.base import field_path, violations
+from commbench.traffic.program import Program
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 DEGREE_AXES = ("tp", "cp", "pp", "ep")

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
-from commbench.layout import ParallelLayout
-from commbench.models import ModelShape
-from commbench.patterns.base import TrafficOptions, check
-from commbench.program import Action, Program, Step
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import ModelShape
+from commbench.traffic.patterns.base import TrafficOptions, check
+from commbench.traffic.program import Action, Program, Step
 
 NAME = "pp"
 AXIS = "pp"

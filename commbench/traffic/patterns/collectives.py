@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
-from commbench.layout import ParallelLayout
-from commbench.models import ModelShape
-from commbench.patterns.base import TrafficOptions, check_choice, sweep_axis
-from commbench.program import OPS, Program, Step, canonical_dtype, op_spec, round_bytes
 from commbench.sizes import sweep
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import ModelShape
+from commbench.traffic.patterns.base import TrafficOptions, check_choice, sweep_axis
+from commbench.traffic.program import OPS, Program, Step, canonical_dtype, op_spec, round_bytes
 
 NAME = "collectives"
 AXIS = None

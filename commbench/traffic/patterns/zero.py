@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
-from commbench.layout import ParallelLayout
-from commbench.models import ModelShape
-from commbench.patterns.base import (
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import ModelShape
+from commbench.traffic.patterns.base import (
     TrafficOptions,
     buckets,
     check,
@@ -25,7 +25,7 @@ from commbench.patterns.base import (
     dp_size,
     pad_bytes,
 )
-from commbench.program import Program, Step, dtype_size
+from commbench.traffic.program import Program, Step, dtype_size
 
 NAME = "zero"
 AXIS = "dp"

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.layout import ParallelLayout
-from commbench.models import ModelShape
-from commbench.patterns.base import TrafficOptions, check, check_choice
-from commbench.program import Program, Step
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import ModelShape
+from commbench.traffic.patterns.base import TrafficOptions, check, check_choice
+from commbench.traffic.program import Program, Step
 
 NAME = "ep"
 AXIS = "ep"

@@ -2,7 +2,7 @@
 options) -> Program`, pure (no transport), plus the registry the suite command, `commbench
 list`, validation and the planner use.
 
-    from commbench import patterns
+    from commbench.traffic import patterns
     prog = patterns.build("tp", ParallelLayout(16, tp=4), get_model("llama-7b"),
                           {"sequence_parallel": True})
 """
@@ -15,17 +15,17 @@ from types import ModuleType
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.layout import ParallelLayout
-from commbench.models import ModelShape
-from commbench.patterns import collectives, cp, dp, ep, pp, tp, zero
-from commbench.patterns.base import (
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import ModelShape
+from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
+from commbench.traffic.patterns.base import (
     TrafficOptions,
     option_fields,
     options_from_dict,
     resolve_axis,
     violations,
 )
-from commbench.program import Program
+from commbench.traffic.program import Program
 
 __all__ = [
     "PATTERNS",

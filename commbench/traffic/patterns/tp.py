@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commbench.layout import ParallelLayout
-from commbench.models import ModelShape
-from commbench.patterns.base import TrafficOptions, check
-from commbench.program import Program, Step
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.models import ModelShape
+from commbench.traffic.patterns.base import TrafficOptions, check
+from commbench.traffic.program import Program, Step
 
 NAME = "tp"
 AXIS = "tp"

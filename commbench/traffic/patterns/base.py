@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.layout import GroupInfo, ParallelLayout, sweep_mesh
-from commbench.models import ModelShape
-from commbench.program import canonical_dtype, dtype_size
 from commbench.sizes import parse_size
+from commbench.traffic.layout import GroupInfo, ParallelLayout, sweep_mesh
+from commbench.traffic.models import ModelShape
+from commbench.traffic.program import canonical_dtype, dtype_size
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from commbench.layout import GroupInfo, ParallelLayout
-from commbench.patterns.base import resolve_axis
-from commbench.program import (
+from commbench.traffic.layout import GroupInfo, ParallelLayout
+from commbench.traffic.patterns.base import resolve_axis
+from commbench.traffic.program import (
     Action,
     Program,
     Step,
@@ -151,6 +151,6 @@ def plan(
 
 def bus_bytes(step: Step, p: int) -> float:
     """S x busbw factor: the bytes a step puts on the busiest link (nccl-tests busbw)."""
-    from commbench.program import bus_factor
+    from commbench.traffic.program import bus_factor
 
     return record_bytes(step) * bus_factor(step.op, p)
