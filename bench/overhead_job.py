@@ -20,13 +20,13 @@ import json
 import sys
 from pathlib import Path
 
-from commbench.runner import Runner, TimingConfig
+from commbench.measure.runner import Runner, TimingConfig
+from commbench.measure.transport import native
+from commbench.measure.transport.mpi import MPI, MPICommunicator
 
 # commbench first: it initialises MPI (thread level "serialized") before the floor imports it
 from commbench.traffic.layout import sweep_mesh
 from commbench.traffic.program import Step, round_bytes
-from commbench.transport import native
-from commbench.transport.mpi import MPI, MPICommunicator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -30,7 +30,7 @@ BARE = (
     "t = MPI.COMM_WORLD.allreduce(t, op=MPI.MAX); "
     "MPI.COMM_WORLD.rank or print('{\"first_collective\": %r}' % t)"
 )
-# milestone -> what it means (diag marks, see commbench/diag.py)
+# milestone -> what it means (diag marks, see commbench/measure/diag.py)
 STAGES = (
     ("python", "process start"),
     ("main", "commbench main()"),

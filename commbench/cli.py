@@ -15,9 +15,10 @@ import os
 import sys
 import time
 
-from commbench import __version__, diag
+from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
-from commbench.launch import detect
+from commbench.measure import diag
+from commbench.measure.launch import detect
 
 COMMANDS = {
     "run": "commbench.commands.run",

@@ -12,12 +12,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from commbench.launch import detect
-from commbench.runner import Runner, TimingConfig
-from commbench.session import Session, SessionOptions
+from commbench.measure.launch import detect
+from commbench.measure.runner import Runner, TimingConfig
+from commbench.measure.session import Session, SessionOptions
+from commbench.measure.transport.base import PER_ITERATION, PIPELINED
 from commbench.traffic.layout import sweep_mesh
 from commbench.traffic.program import Action, Step, round_bytes
-from commbench.transport.base import PER_ITERATION, PIPELINED
 
 SIZES = (8, 1000, 64 << 10)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commbench.transport import cuda_present
+from commbench.measure.transport import cuda_present
 
 
 @dataclass(frozen=True)

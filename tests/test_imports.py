@@ -8,7 +8,13 @@ import pytest
 
 from conftest import REPO, job_env
 
-FORBIDDEN = ("commbench.transport", "commbench.session", "commbench.runner", "mpi4py", "torch")
+FORBIDDEN = (
+    "commbench.measure.transport",
+    "commbench.measure.session",
+    "commbench.measure.runner",
+    "mpi4py",
+    "torch",
+)
 
 
 @pytest.mark.parametrize("command", ["fit", "plan", "validate", "report", "import", "export"])

@@ -1,4 +1,4 @@
-from commbench.launch import detect
+from commbench.measure.launch import detect
 
 
 def test_single():

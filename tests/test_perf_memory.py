@@ -10,7 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-from commbench.data import CHUNK, concat, fill, fill_sum, fill_zeros, pattern, pattern_sum
+from commbench.measure.checkdata import (
+    CHUNK,
+    concat,
+    fill,
+    fill_sum,
+    fill_zeros,
+    pattern,
+    pattern_sum,
+)
 
 from conftest import REPO, job_env
 
@@ -39,9 +47,9 @@ def test_fill_matches_eager_patterns(dtype, n, start, chunk):
 
 BIND_SCRIPT = """
 import json, tracemalloc
-from commbench.bind import BufferPool, bind
+from commbench.measure.bind import BufferPool, bind
 from commbench.traffic.program import Step
-from commbench.transport.mpi import MPICommunicator
+from commbench.measure.transport.mpi import MPICommunicator
 
 comm = MPICommunicator.world()
 pool = BufferPool(comm)

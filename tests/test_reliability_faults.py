@@ -1,7 +1,7 @@
 """A rank that fails, dies, hangs or is signalled mid-run: the job ends, the run stays readable.
 
 Every job is a real `mpirun` (torchrun for one slow variant) of `commbench run allreduce` over a
-handful of tiny points; COMMBENCH_FAULT (commbench/faults.py) makes one rank misbehave at a
+handful of tiny points; COMMBENCH_FAULT (commbench/measure/faults.py) makes one rank misbehave at a
 chosen point, so "mid-run" is exact: points before it are on disk, the rest never start.
 
 What Open MPI 5's mpirun does, and these tests rely on: a rank exiting non-zero, aborting or

@@ -11,9 +11,10 @@ import time
 import pytest
 from reliability import COUNTS, reliability_counts  # noqa: F401
 
-from commbench import cli, faults
+from commbench import cli
 from commbench.errors import EXIT_USAGE, UsageError
-from commbench.session import Watchdog
+from commbench.measure import faults
+from commbench.measure.session import Watchdog
 
 GOOD_FAULTS = {
     "rank=1,point=3,kind=raise": faults.Fault(1, 3, "raise"),
@@ -104,8 +105,8 @@ def test_non_root_usage_error_waits_then_exits_quietly(monkeypatch, capsys):
 
 WAITER = """
 import sys, threading, time
-from commbench.launch import detect
-from commbench.transport import open_world
+from commbench.measure.launch import detect
+from commbench.measure.transport import open_world
 w = open_world("mpi", detect(), 30)
 ticks = []
 def tick():

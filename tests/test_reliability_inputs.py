@@ -130,7 +130,7 @@ def test_every_rank_agrees(case: BadInput, monkeypatch, capsys, tmp_path):
     def no_session(self):
         raise AssertionError("validation passed: this rank would start communicating")
 
-    monkeypatch.setattr("commbench.session.Session.__enter__", no_session)
+    monkeypatch.setattr("commbench.measure.session.Session.__enter__", no_session)
     messages = []
     for rank in range(case.ranks):
         for key, value in _rank_env(rank, case.ranks).items():

@@ -264,7 +264,7 @@ def test_report_imports_no_transport(lab, tmp_path):
         "from commbench.report import ReportOptions, build_report\n"
         f"runs = [Path({str(lab / 'results' / 'smoke')!r})]\n"
         f"rep = build_report(ReportOptions(runs=runs, out=Path({str(tmp_path)!r})))\n"
-        "bad = [m for m in sys.modules if m.startswith(('commbench.transport', 'mpi4py', 'torch'))]\n"
+        "bad = [m for m in sys.modules if m.startswith(('commbench.measure.transport', 'mpi4py', 'torch'))]\n"
         "print(len(rep.figures) > 5, bad)\n"
     )
     p = subprocess.run(

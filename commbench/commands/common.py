@@ -13,11 +13,11 @@ from commbench.commands.argtypes import (  # noqa: F401  (the measuring commands
     positive_int,
 )
 from commbench.errors import UsageError
-from commbench.launch import LaunchInfo, detect
-from commbench.runner import TimingConfig
-from commbench.session import SessionOptions
-from commbench.transport import BACKENDS, resolve_backend
-from commbench.transport.base import TIMING_MODES
+from commbench.measure.launch import LaunchInfo, detect
+from commbench.measure.runner import TimingConfig
+from commbench.measure.session import SessionOptions
+from commbench.measure.transport import BACKENDS, resolve_backend
+from commbench.measure.transport.base import TIMING_MODES
 
 MAX_TIMEOUT_S = 1e6
 

@@ -71,7 +71,7 @@ def ops() -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from commbench.launch import detect
+    from commbench.measure.launch import detect
 
     sections = {"suites": suites, "patterns": patterns_, "models": models, "ops": ops}
     chosen = [args.what] if args.what else list(WHAT)

@@ -136,7 +136,7 @@ def columns():
 
 def main(args: argparse.Namespace) -> int:
     from commbench.console import Table
-    from commbench.session import Session
+    from commbench.measure.session import Session
     from commbench.traffic.program import supports
 
     launch = common.launch_info()

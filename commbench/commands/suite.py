@@ -118,7 +118,7 @@ def max_bytes_for(point, cli_max: int | None) -> int:
 
 def timing_for(args: argparse.Namespace, run):
     """Timing of a run: command-line flags over the suite file's defaults."""
-    from commbench.runner import TimingConfig
+    from commbench.measure.runner import TimingConfig
 
     t = run.timing
     return TimingConfig(
@@ -339,7 +339,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     import dataclasses
 
     from commbench.console import Table
-    from commbench.session import Session
+    from commbench.measure.session import Session
     from commbench.sizes import format_size
     from commbench.traffic.execution import plan
 

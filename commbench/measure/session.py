@@ -24,16 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from commbench import __version__, diag
+from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
-from commbench.faults import START, Injector
-from commbench.launch import LaunchInfo
-from commbench.notice import Notice
+from commbench.measure import diag
+from commbench.measure.faults import START, Injector
+from commbench.measure.launch import LaunchInfo
+from commbench.measure.notice import Notice
+from commbench.measure.runner import Interrupted, Runner, TimingConfig
+from commbench.measure.transport import library_versions, load_backend, open_world
+from commbench.measure.transport.base import Communicator
 from commbench.results import RunWriter
-from commbench.runner import Interrupted, Runner, TimingConfig
 from commbench.traffic.layout import host_map
-from commbench.transport import library_versions, load_backend, open_world
-from commbench.transport.base import Communicator
 
 EXIT_INTERRUPTED = 130
 # SIGUSR1 is the graceful stop under mpirun: Open MPI forwards it to every rank as is, whereas

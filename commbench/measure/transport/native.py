@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from commbench.transport.base import Fn
+from commbench.measure.transport.base import Fn
 
 SOURCE = Path(__file__).with_name("native_loop.c")
 ABI = 1  # CB_ABI in native_loop.c

@@ -9,8 +9,8 @@ import importlib.util
 import os
 
 from commbench.errors import UsageError
-from commbench.launch import LaunchInfo
-from commbench.transport.base import Communicator
+from commbench.measure.launch import LaunchInfo
+from commbench.measure.transport.base import Communicator
 
 BACKENDS = ("auto", "mpi", "gloo", "nccl")
 
@@ -52,16 +52,16 @@ def load_backend(backend: str) -> None:
     """Import a torch backend ahead of its rendezvous: importing torch takes seconds, which
     must not count against --timeout (MPI's import is its rendezvous, so it stays in open_world)."""
     if backend in ("gloo", "nccl"):
-        import commbench.transport.torchdist  # noqa: F401
+        import commbench.measure.transport.torchdist  # noqa: F401
 
 
 def open_world(backend: str, launch: LaunchInfo, timeout_s: float) -> Communicator:
     """Initialise `backend` and return the world communicator."""
     if backend == "mpi":
-        from commbench.transport.mpi import MPICommunicator
+        from commbench.measure.transport.mpi import MPICommunicator
 
         return MPICommunicator.world()
-    from commbench.transport.torchdist import init_world
+    from commbench.measure.transport.torchdist import init_world
 
     return init_world(launch, backend, timeout_s)
 

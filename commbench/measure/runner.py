@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commbench import diag
-from commbench.bind import BufferPool, bind
+from commbench.measure import diag
+from commbench.measure.bind import BufferPool, bind
+from commbench.measure.transport.base import PER_ITERATION, TIMING_MODES, Communicator
 from commbench.traffic.layout import GroupInfo
 from commbench.traffic.program import Step, bus_factor, dtype_size, record_bytes, step_buffer_bytes
-from commbench.transport.base import PER_ITERATION, TIMING_MODES, Communicator
 
 
 class Interrupted(Exception):

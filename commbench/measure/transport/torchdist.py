@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from commbench.launch import LaunchInfo
-from commbench.transport.base import PIPELINED, Communicator, Fn
+from commbench.measure.launch import LaunchInfo
+from commbench.measure.transport.base import PIPELINED, Communicator, Fn
 
 # torch >= 2.12 renamed the tensor forms; keep working on older releases
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
