@@ -30,7 +30,7 @@ from commbench.calibrate import fit_collected, link_points  # noqa: E402
 from commbench.fit import FitOptions  # noqa: E402
 from commbench.fitdata import collect, read_fit_runs  # noqa: E402
 from commbench.linkfit import fit_link_table  # noqa: E402
-from commbench.results import RunWriter  # noqa: E402
+from commbench.results.rundir import RunWriter  # noqa: E402
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")
 SIZES = [8 << k for k in range(25)]

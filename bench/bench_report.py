@@ -35,7 +35,7 @@ from commbench.report import ReportOptions, build_report  # noqa: E402
 
 # (label, module file suffix, function name) whose cumulative time makes a stage
 STAGES = [
-    ("read runs (results.read_run)", "commbench/results.py", "read_run"),
+    ("read runs (results.read_run)", "commbench/results/rundir.py", "read_run"),
     ("in-memory fit (calibrate.build)", "commbench/calibrate.py", "build"),
     ("series from records (reportdata.curves)", "commbench/reportdata.py", "curves"),
     ("suite points (reportdata.points)", "commbench/reportdata.py", "points"),

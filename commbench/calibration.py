@@ -174,7 +174,7 @@ def load(path: str | Path, kind: str | None = None) -> Calibration:
 
 def save(doc: dict, path: str | Path) -> Path:
     """Validate and write a calibration atomically."""
-    from commbench.results import write_json_atomic
+    from commbench.results.rundir import write_json_atomic
 
     path = Path(path)
     validate(doc, str(path))

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.results import RECORDS, Run, read_run
+from commbench.results.rundir import RECORDS, Run, read_run
 from commbench.traffic.program import DTYPE_ALIASES, DTYPE_SIZES, OP_ALIASES, OPS
 
 KEY_FIELDS = ("backend", "op", "link_class", "group_size", "dtype", "timing", "placement")

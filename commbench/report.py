@@ -21,7 +21,7 @@ from commbench.errors import UsageError
 from commbench.figures import Figure
 from commbench.figures.models import axis_order
 from commbench.reporthtml import Num, Raw, Section, Table, badge, bullets, esc, page
-from commbench.results import Run, read_run
+from commbench.results.rundir import Run, read_run
 from commbench.sizes import format_size
 
 FIGURES_DIR = "figures"

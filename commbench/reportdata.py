@@ -14,7 +14,7 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.fitdata import SeriesKey, collect
-from commbench.results import Run, is_run_dir, read_run
+from commbench.results.rundir import Run, is_run_dir, read_run
 from commbench.traffic.patterns.base import options_label
 
 # suite options shown short in labels (as `commbench suite` prints them)

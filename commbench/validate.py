@@ -43,7 +43,7 @@ from statistics import median
 from commbench.calibration import Calibration
 from commbench.errors import UsageError
 from commbench.evaluate import Evaluator
-from commbench.results import Run, read_run
+from commbench.results.rundir import Run, read_run
 from commbench.traffic.patterns.base import options_label
 from commbench.traffic.program import Program, dtype_size
 

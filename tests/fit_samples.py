@@ -236,7 +236,7 @@ def imb_log(alpha_us: float = 2.0, GBps: float = 3.0) -> str:
 
 def write_run(root, run_id: str, records: list[dict], status: str = "complete", meta=None):
     """A run directory as commbench run leaves it, holding `records` (synthetic)."""
-    from commbench.results import RunWriter
+    from commbench.results.rundir import RunWriter
 
     w = RunWriter.create(
         root,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.results import META, RECORDS, Run, read_run
+from commbench.results.rundir import META, RECORDS, Run, read_run
 
 from conftest import REPO, Job, commbench_cmd, job_env, mpirun_path
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from commbench import calibration
 from commbench.errors import UsageError
 from commbench.fitdata import FIT_FIELDS, collect
-from commbench.results import Run, _check_record
+from commbench.results.rundir import Run, _check_record
 from commbench.traffic import patterns
 from commbench.traffic.models import ModelShape
 from commbench.traffic.program import OPS

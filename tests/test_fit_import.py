@@ -20,7 +20,7 @@ from commbench.errors import UsageError
 from commbench.fitdata import collect, read_fit_runs
 from commbench.formats import imb, nccl_tests, osu
 from commbench.formats.common import Hints
-from commbench.results import MEASURED_FIELDS, read_run
+from commbench.results.rundir import MEASURED_FIELDS, read_run
 
 
 def log(tmp_path, name, text):

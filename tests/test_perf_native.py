@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from commbench.results import MEASURED_FIELDS, read_run
+from commbench.results.rundir import MEASURED_FIELDS, read_run
 
 from conftest import REPO, job_env, mpirun_path, run_mpi
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from reliability import COUNTS, reliability_counts  # noqa: F401
 
 from commbench.errors import UsageError
-from commbench.results import (
+from commbench.results.rundir import (
     META,
     RECORDS,
     REQUIRED_FIELDS,
@@ -267,7 +267,7 @@ def test_writer_statuses(tmp_path):
 WRITER = """
 import sys, time
 from pathlib import Path
-from commbench.results import RunWriter
+from commbench.results.rundir import RunWriter
 w = RunWriter.create(Path(sys.argv[1]), "run", {"command": "kill-test"}, sys.argv[2])
 i = 0
 while True:
@@ -305,7 +305,7 @@ CREATOR = """
 import sys, time
 from pathlib import Path
 from commbench.errors import UsageError
-from commbench.results import new_run_dir
+from commbench.results.rundir import new_run_dir
 root, run_id, start, many = Path(sys.argv[1]), sys.argv[2] or None, float(sys.argv[3]), int(sys.argv[4])
 while time.time() < start:
     pass

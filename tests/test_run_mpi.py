@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from commbench.results import MEASURED_FIELDS, read_run
+from commbench.results.rundir import MEASURED_FIELDS, read_run
 from commbench.traffic.program import bus_factor
 
 from conftest import needs_torch, run_mpi, run_single

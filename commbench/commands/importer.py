@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench import __version__
     from commbench.errors import UsageError
     from commbench.formats.common import Hints
-    from commbench.results import RunWriter
+    from commbench.results.rundir import RunWriter
 
     if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
         raise UsageError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' and '-'")

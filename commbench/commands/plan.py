@@ -378,7 +378,7 @@ def explain_text(ev, req, cal, out) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from commbench import plan
-    from commbench.results import write_json_output
+    from commbench.results.rundir import write_json_output
 
     cal = load_calibration(args.calibration)
     req = request_from_args(args, cal)

@@ -122,7 +122,7 @@ def print_rows(rows, summary, cal, steps: bool, out) -> None:
 def main(args: argparse.Namespace) -> int:
     from commbench import calibration, validate
     from commbench.errors import UsageError
-    from commbench.results import read_run
+    from commbench.results.rundir import read_run
 
     cal = calibration.load(args.calibration)
     runs = [read_run(p) for p in args.runs]
@@ -147,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
         "rows": rows,
     }
     if args.output:
-        from commbench.results import write_json_output
+        from commbench.results.rundir import write_json_output
 
         write_json_output(args.output, doc)
     if args.json:

@@ -33,7 +33,7 @@ from commbench.measure.notice import Notice
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
-from commbench.results import RunWriter
+from commbench.results.rundir import RunWriter
 from commbench.traffic.layout import host_map
 
 EXIT_INTERRUPTED = 130
