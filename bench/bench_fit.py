@@ -26,10 +26,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from commbench import calibration  # noqa: E402
-from commbench.calibrate import fit_collected, link_points  # noqa: E402
-from commbench.fit import FitOptions  # noqa: E402
-from commbench.fitdata import collect, read_fit_runs  # noqa: E402
-from commbench.linkfit import fit_link_table  # noqa: E402
+from commbench.fit.calibrate import fit_collected, link_points  # noqa: E402
+from commbench.fit.collect import collect, read_fit_runs  # noqa: E402
+from commbench.fit.links import fit_link_table  # noqa: E402
+from commbench.fit.series import FitOptions  # noqa: E402
 from commbench.results.rundir import RunWriter  # noqa: E402
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")
@@ -90,7 +90,7 @@ def write_run(root: Path, n_records: int, shape: str) -> Path:
 
 def to_doc(collected, outcomes, links) -> dict:
     """The calibration document from fits already made (as calibrate.build), validated."""
-    from commbench.calibrate import build_doc
+    from commbench.fit.calibrate import build_doc
 
     doc = build_doc(collected, outcomes, [], links, [], FitOptions())
     calibration.validate(doc)

@@ -36,7 +36,7 @@ from commbench.report import ReportOptions, build_report  # noqa: E402
 # (label, module file suffix, function name) whose cumulative time makes a stage
 STAGES = [
     ("read runs (results.read_run)", "commbench/results/rundir.py", "read_run"),
-    ("in-memory fit (calibrate.build)", "commbench/calibrate.py", "build"),
+    ("in-memory fit (calibrate.build)", "commbench/fit/calibrate.py", "build"),
     ("series from records (reportdata.curves)", "commbench/reportdata.py", "curves"),
     ("suite points (reportdata.points)", "commbench/reportdata.py", "points"),
     ("PP replay (pptimeline.timeline)", "commbench/pptimeline.py", "timeline"),

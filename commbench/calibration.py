@@ -41,8 +41,8 @@ from typing import Any
 
 from commbench.costmodels import MODELLED_OPS, model_time
 from commbench.errors import UsageError
-from commbench.fit import predict_segments
-from commbench.fitdata import SeriesKey, canonical_dtype_name, canonical_op
+from commbench.fit.collect import SeriesKey, canonical_dtype_name, canonical_op
+from commbench.fit.series import predict_segments
 from commbench.sizes import format_size
 from commbench.traffic.program import DTYPE_SIZES, OPS
 

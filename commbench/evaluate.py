@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from commbench.calibration import Calibration, Prediction
 from commbench.errors import UsageError
-from commbench.fitdata import canonical_dtype_name
+from commbench.fit.collect import canonical_dtype_name
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
 from commbench.traffic.program import DTYPE_SIZES, OPS, Program, Step, record_bytes

@@ -77,9 +77,9 @@ def _calibration(opts: ReportOptions, runs: list[Run]):
         return cal, f"{opts.calibration} ({cal.kind}, {len(cal.series)} series)", False
     if not opts.fit:
         return None, "--no-fit given", False
-    from commbench import calibrate
-    from commbench.fit import FitOptions
-    from commbench.fitdata import collect
+    from commbench.fit import calibrate
+    from commbench.fit.collect import collect
+    from commbench.fit.series import FitOptions
 
     collected = collect([(r, []) for r in runs if r.records])
     if not collected.series:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.fitdata import SeriesKey, collect
+from commbench.fit.collect import SeriesKey, collect
 from commbench.results.rundir import Run, is_run_dir, read_run
 from commbench.traffic.patterns.base import options_label
 

@@ -9,9 +9,9 @@ from collections import Counter
 
 import numpy as np
 
-from commbench import calibrate
 from commbench.calibration import Calibration
-from commbench.fitdata import Collected, SeriesData, SeriesKey
+from commbench.fit import calibrate
+from commbench.fit.collect import Collected, SeriesData, SeriesKey
 from commbench.traffic.program import bus_factor
 
 ALPHA_S = 20e-6  # stated latency per op (synthetic)

@@ -498,9 +498,10 @@ def _all_wrong(recs: list[dict]) -> None:
 def _calibration(tmp: Path) -> dict:
     """A calibration fitted from a synthetic run (fit_samples; no bootstrap), saved as
     {tmp}/cal.json; returns its document."""
-    from commbench import calibrate, calibration
-    from commbench.fit import FitOptions
-    from commbench.fitdata import collect, read_fit_runs
+    from commbench import calibration
+    from commbench.fit import calibrate
+    from commbench.fit.collect import collect, read_fit_runs
+    from commbench.fit.series import FitOptions
 
     _run("r")(tmp)
     doc, _, _ = calibrate.build(collect(read_fit_runs([tmp / "r"])), FitOptions(bootstrap=0))

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from commbench import calibration
 from commbench.errors import UsageError
-from commbench.fitdata import FIT_FIELDS, collect
+from commbench.fit.collect import FIT_FIELDS, collect
 from commbench.results.rundir import Run, _check_record
 from commbench.traffic import patterns
 from commbench.traffic.models import ModelShape
@@ -371,9 +371,9 @@ def _calibration_doc() -> dict:
 
     from fit_samples import collective_records, write_run
 
-    from commbench import calibrate
-    from commbench.fit import FitOptions
-    from commbench.fitdata import read_fit_runs
+    from commbench.fit import calibrate
+    from commbench.fit.collect import read_fit_runs
+    from commbench.fit.series import FitOptions
 
     recs = []
     for op, p, link in (("allreduce", 2, "intra"), ("allreduce", 4, "intra"),

@@ -12,11 +12,12 @@ import json
 import pytest
 from fit_samples import collective_records, write_run
 
-from commbench import calibrate, calibration
+from commbench import calibration
 from commbench.costmodels import model_time
 from commbench.errors import UsageError
-from commbench.fit import FitOptions
-from commbench.fitdata import collect, read_fit_runs
+from commbench.fit import calibrate
+from commbench.fit.collect import collect, read_fit_runs
+from commbench.fit.series import FitOptions
 
 A_INTRA, B_INTRA = 2e-6, 1 / 10e9  # per step alpha, per byte beta of the intra link
 A_INTER, B_INTER = 10e-6, 1 / 2e9

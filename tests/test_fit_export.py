@@ -9,10 +9,11 @@ import pytest
 import yaml
 from fit_samples import collective_records, write_run
 
-from commbench import calibrate, calibration, cli
+from commbench import calibration, cli
 from commbench.costmodels import model_time
-from commbench.fit import FitOptions
-from commbench.fitdata import collect, read_fit_runs
+from commbench.fit import calibrate
+from commbench.fit.collect import collect, read_fit_runs
+from commbench.fit.series import FitOptions
 
 A_INTRA, BW_INTRA = 2e-6, 100e9  # per-step alpha, bus bandwidth (B/s)
 A_INTER, BW_INTER = 8e-6, 25e9

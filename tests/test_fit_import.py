@@ -15,9 +15,10 @@ from fit_samples import (
     osu_latency,
 )
 
-from commbench import calibrate, calibration, cli
+from commbench import calibration, cli
 from commbench.errors import UsageError
-from commbench.fitdata import collect, read_fit_runs
+from commbench.fit import calibrate
+from commbench.fit.collect import collect, read_fit_runs
 from commbench.formats import imb, nccl_tests, osu
 from commbench.formats.common import Hints
 from commbench.results.rundir import MEASURED_FIELDS, read_run

@@ -204,10 +204,11 @@ def print_report(
 
 
 def main(args: argparse.Namespace) -> int:
-    from commbench import calibrate, calibration
+    from commbench import calibration
     from commbench.errors import UsageError
-    from commbench.fit import FitOptions
-    from commbench.fitdata import collect, read_fit_runs
+    from commbench.fit import calibrate
+    from commbench.fit.collect import collect, read_fit_runs
+    from commbench.fit.series import FitOptions
 
     if args.min_sizes < 3:
         raise UsageError("--min-sizes must be at least 3 (a line through 2 sizes has no check)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from commbench.errors import UsageError
-from commbench.fitdata import canonical_dtype_name, canonical_op
+from commbench.fit.collect import canonical_dtype_name, canonical_op
 from commbench.traffic.program import DTYPE_SIZES, OPS, bus_factor
 
 # MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names

@@ -13,9 +13,9 @@ import numpy as np
 
 from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
-from commbench.fit import FitOptions, SeriesFitResult, fit_series
-from commbench.fitdata import Collected, SeriesData, SeriesKey
-from commbench.linkfit import LinkEntry, fit_link_table
+from commbench.fit.collect import Collected, SeriesData, SeriesKey
+from commbench.fit.links import LinkEntry, fit_link_table
+from commbench.fit.series import FitOptions, SeriesFitResult, fit_series
 from commbench.traffic.program import bus_factor
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.costmodels import MODELLED_OPS, MODELS, coefficients
-from commbench.fit import FitOptions, _robust_weights, _solve, _stats
-from commbench.fitdata import SeriesKey
+from commbench.fit.collect import SeriesKey
+from commbench.fit.series import FitOptions, _robust_weights, _solve, _stats
 
 # models whose median error is within this factor of the lowest are ties
 TIE = 1.01
