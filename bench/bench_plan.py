@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from commbench import calibration, plan, reference  # noqa: E402
+from commbench import calibration, plan  # noqa: E402
+from commbench.calibration import reference
 from commbench.traffic.models import get_model  # noqa: E402
 
 SEARCHES = {

@@ -35,7 +35,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from _util import job_env, tool  # noqa: E402
 
-from commbench import calibration, validate  # noqa: E402
+from commbench import calibration  # noqa: E402
+from commbench.calibration import accuracy as validate  # noqa: E402
 
 SUITES = ("tp", "dp", "zero", "cp", "ep", "pp")
 SWEEP_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "alltoallv", "broadcast",

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from commbench.calibration import Calibration
+from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
-from commbench.evaluate import Evaluator, ProgramEstimate
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout, host_map
 from commbench.traffic.models import (

@@ -13,7 +13,7 @@ import pytest
 from fit_samples import collective_records, write_run
 
 from commbench import calibration
-from commbench.costmodels import model_time
+from commbench.calibration.costmodels import model_time
 from commbench.errors import UsageError
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs

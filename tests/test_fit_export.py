@@ -10,7 +10,7 @@ import yaml
 from fit_samples import collective_records, write_run
 
 from commbench import calibration, cli
-from commbench.costmodels import model_time
+from commbench.calibration.costmodels import model_time
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
 from commbench.fit.series import FitOptions

@@ -9,9 +9,10 @@ import json
 import pytest
 from plan_samples import ALPHA_S, BUSBW, stated_time, synthetic_calibration
 
-from commbench import calibration, reference
+from commbench import calibration
+from commbench.calibration import reference
+from commbench.calibration.pricing import Evaluator, busiest_bytes
 from commbench.errors import UsageError
-from commbench.evaluate import Evaluator, busiest_bytes
 from commbench.plan import (
     Config,
     Planner,

@@ -9,7 +9,9 @@ from importlib import resources
 
 import pytest
 
-from commbench import calibration, reference, validate
+from commbench import calibration
+from commbench.calibration import accuracy as validate
+from commbench.calibration import reference
 
 from conftest import run_mpi, run_single
 
@@ -94,7 +96,7 @@ def test_validate_command_text_and_json(measured, tmp_path):
     )
     assert job.returncode == 0, job.output
     doc = json.loads(job.stdout)
-    assert doc["schema"] == "commbench.validate/1"
+    assert doc["schema"] == "commbench.calibration.accuracy/1"
     assert json.loads(out.read_text())["summary"] == doc["summary"]
     assert len(doc["rows"]) == 10
 

@@ -80,7 +80,7 @@ def report(capsys, *args) -> tuple[int, str, str]:
 def validate_available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("commbench.validate") is not None
+    return importlib.util.find_spec("commbench.calibration.accuracy") is not None
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_page_is_self_contained_and_says_what_it_shows(full):
     assert "commbench run allreduce" in html  # the command line of each run
     assert "mpi4py" in html  # library versions
     if not validate_available():
-        assert "commbench.validate is not in this checkout" in html
+        assert "commbench.calibration.accuracy is not in this checkout" in html
 
 
 def test_browser_shows_every_image_and_no_console_error(full, tmp_path):

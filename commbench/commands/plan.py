@@ -141,7 +141,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_calibration(path: str | None):
     """The calibration the user named, or the shipped reference."""
-    from commbench import calibration, reference
+    from commbench import calibration
+    from commbench.calibration import reference
 
     if path is None:
         with __import__("importlib").resources.as_file(reference.shipped_path()) as p:

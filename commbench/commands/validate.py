@@ -120,7 +120,8 @@ def print_rows(rows, summary, cal, steps: bool, out) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from commbench import calibration, validate
+    from commbench import calibration
+    from commbench.calibration import accuracy as validate
     from commbench.errors import UsageError
     from commbench.results.rundir import read_run
 
@@ -139,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
         )
     summary = validate.summarize(rows)
     doc = {
-        "schema": "commbench.validate/1",
+        "schema": "commbench.calibration.accuracy/1",
         "calibration": {"path": cal.source, "kind": cal.kind},
         "runs": [str(r.path) for r in runs],
         "extrapolate": args.extrapolate,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from commbench.costmodels import MODELLED_OPS, MODELS, coefficients
+from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
 from commbench.fit.collect import SeriesKey
 from commbench.fit.series import FitOptions, _robust_weights, _solve, _stats
 

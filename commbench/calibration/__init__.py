@@ -3,7 +3,7 @@
     cal = commbench.calibration.load("calibration.json")
     seconds = cal.predict("allreduce", 32 << 20, 8, "intra", dtype="bfloat16")
 
-Layout (schema: commbench/data/calibration.schema.json): schema_version, kind ("measured":
+Layout (schema: commbench/schemas/calibration.schema.json): schema_version, kind ("measured":
 fitted from records by `commbench fit`; "reference": stated from published anchor numbers,
 never to be taken for a measurement), created, provenance (runs with hosts, backend and library
 versions, env such as NCCL_ALGO/NCCL_PROTO; or sources for a reference), fit_options, series
@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from commbench.costmodels import MODELLED_OPS, model_time
+from commbench.calibration.costmodels import MODELLED_OPS, model_time
 from commbench.errors import UsageError
 from commbench.fit.collect import SeriesKey, canonical_dtype_name, canonical_op
 from commbench.fit.series import predict_segments
@@ -53,8 +53,8 @@ PLACEMENT_PREFERENCE = ("out-of-place", "in-place")
 
 
 def schema() -> dict:
-    """The JSON Schema shipped in the package (commbench/data/calibration.schema.json)."""
-    text = resources.files("commbench").joinpath("data/calibration.schema.json").read_text()
+    """The JSON Schema shipped in the package (commbench/schemas/calibration.schema.json)."""
+    text = resources.files("commbench").joinpath("schemas/calibration.schema.json").read_text()
     return json.loads(text)
 
 

@@ -2,8 +2,8 @@
 InfiniBand NDR NIC per GPU between nodes) stated from published anchor numbers, for planning
 before anything has been measured. It is NOT a measurement (kind "reference").
 
-    python -m commbench.reference -o commbench/data/reference-h100-ib400.json   # regenerate
-    python -m commbench.reference --check                                       # shipped == built
+    python -m commbench.calibration.reference -o commbench/calibration/reference-h100-ib400.json   # regenerate
+    python -m commbench.calibration.reference --check                                       # shipped == built
 
 Every number below is an anchor with its source; the file is derived from them here, not typed.
 The calibration has no per-size series: its link table *is* the statement, one (alpha, beta) per
@@ -148,7 +148,7 @@ def build() -> dict:
         "schema_version": SCHEMA_VERSION,
         "kind": "reference",
         "created": CREATED,
-        "generator": "commbench.reference",
+        "generator": "commbench.calibration.reference",
         "provenance": {
             "statement": "Reference values for an H100 SXM cluster (8 GPUs per node on NVSwitch, "
             "one 400 Gb/s InfiniBand NDR NIC per GPU), stated from published anchor numbers. "
@@ -192,7 +192,7 @@ def build() -> dict:
 
 def shipped_path():
     """The reference calibration inside the installed package."""
-    return resources.files("commbench").joinpath(f"data/{FILENAME}")
+    return resources.files("commbench.calibration").joinpath(FILENAME)
 
 
 def render(doc: dict) -> str:
@@ -200,7 +200,9 @@ def render(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m commbench.reference", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m commbench.calibration.reference", description=__doc__
+    )
     p.add_argument("-o", "--output", type=Path, help="write the reference calibration here")
     p.add_argument("--check", action="store_true", help="exit 1 if the shipped file is stale")
     args = p.parse_args(argv)

@@ -41,8 +41,8 @@ from pathlib import Path
 from statistics import median
 
 from commbench.calibration import Calibration
+from commbench.calibration.pricing import Evaluator
 from commbench.errors import UsageError
-from commbench.evaluate import Evaluator
 from commbench.results.rundir import Run, read_run
 from commbench.traffic.patterns.base import options_label
 from commbench.traffic.program import Program, dtype_size
