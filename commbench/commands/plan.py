@@ -8,7 +8,7 @@
 Without --calibration the shipped reference calibration is used (H100 SXM on NVSwitch, one
 400 Gb/s InfiniBand NIC per GPU, from published numbers: not a measurement; the output says
 so). Every config is placed as the suites place it, checked for memory, and its traffic (the
-Programs `commbench suite` runs) priced through the calibration; see commbench/plan.py for the
+Programs `commbench suite` runs) priced through the calibration; see commbench/plan/ for the
 step-time model and its assumptions, which the output states.
 """
 
