@@ -37,17 +37,17 @@ from commbench.report import ReportOptions, build_report  # noqa: E402
 STAGES = [
     ("read runs (results.read_run)", "commbench/results/rundir.py", "read_run"),
     ("in-memory fit (calibrate.build)", "commbench/fit/calibrate.py", "build"),
-    ("series from records (reportdata.curves)", "commbench/reportdata.py", "curves"),
-    ("suite points (reportdata.points)", "commbench/reportdata.py", "points"),
-    ("PP replay (pptimeline.timeline)", "commbench/pptimeline.py", "timeline"),
-    ("figures: bandwidth", "commbench/figures/collectives.py", "bandwidth"),
-    ("figures: latency + residuals", "commbench/figures/collectives.py", "latency"),
-    ("figures: strategy step time", "commbench/figures/strategies.py", "step_breakdown"),
-    ("figures: EP load", "commbench/figures/strategies.py", "ep_load"),
-    ("figures: PP timelines", "commbench/figures/strategies.py", "pp_timeline"),
-    ("  of the figures: PNG encoding (render)", "commbench/figures/__init__.py", "render"),
-    ("HTML page (reporthtml.page)", "commbench/reporthtml.py", "page"),
-    ("write files (report._write)", "commbench/report.py", "_write"),
+    ("series from records (reportdata.curves)", "commbench/report/inputs.py", "curves"),
+    ("suite points (reportdata.points)", "commbench/report/inputs.py", "points"),
+    ("PP replay (pptimeline.timeline)", "commbench/report/timeline.py", "timeline"),
+    ("figures: bandwidth", "commbench/report/figures/collectives.py", "bandwidth"),
+    ("figures: latency + residuals", "commbench/report/figures/collectives.py", "latency"),
+    ("figures: strategy step time", "commbench/report/figures/strategies.py", "step_breakdown"),
+    ("figures: EP load", "commbench/report/figures/strategies.py", "ep_load"),
+    ("figures: PP timelines", "commbench/report/figures/strategies.py", "pp_timeline"),
+    ("  of the figures: PNG encoding (render)", "commbench/report/figures/__init__.py", "render"),
+    ("HTML page (reporthtml.page)", "commbench/report/html.py", "page"),
+    ("write files (report._write)", "commbench/report/__init__.py", "_write"),
 ]
 
 

@@ -12,10 +12,10 @@ import pytest
 from report_checks import PNG_SIGNATURE, png_size
 
 from commbench.errors import UsageError
-from commbench.figures import models, setup, size_axis
-from commbench.pptimeline import replay, timeline
-from commbench.reportdata import PointRow, ep_loads, load_plan
-from commbench.reporthtml import Table, table_html
+from commbench.report.figures import models, setup, size_axis
+from commbench.report.html import Table, table_html
+from commbench.report.inputs import PointRow, ep_loads, load_plan
+from commbench.report.timeline import replay, timeline
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.models import get_model

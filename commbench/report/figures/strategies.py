@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from commbench.figures import WIDTH, Figure, legend_outside, palette, render, setup
-from commbench.pptimeline import Timeline
-from commbench.reportdata import EPLoad, PointRow
+from commbench.report.figures import WIDTH, Figure, legend_outside, palette, render, setup
+from commbench.report.inputs import EPLoad, PointRow
+from commbench.report.timeline import Timeline
 
 # the collectives pattern is a sweep of primitive ops, drawn by the collectives figures
 STRATEGY_ORDER = ("tp", "cp", "pp", "ep", "dp", "zero")

@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commbench import __version__, reportdata
+from commbench import __version__
 from commbench.errors import UsageError
-from commbench.figures import Figure
-from commbench.figures.models import axis_order
-from commbench.reporthtml import Num, Raw, Section, Table, badge, bullets, esc, page
+from commbench.report import inputs as reportdata
+from commbench.report.figures import Figure
+from commbench.report.figures.models import axis_order
+from commbench.report.html import Num, Raw, Section, Table, badge, bullets, esc, page
 from commbench.results.rundir import Run, read_run
 from commbench.sizes import format_size
 
@@ -386,7 +387,7 @@ class _Builder:
                 self.missing.append(f"run {r.path.name} has no records: nothing of it to draw")
 
     def collectives(self, cal_how: str) -> list:
-        from commbench.figures import collectives
+        from commbench.report.figures import collectives
 
         curves, notes = reportdata.curves(self.runs, self.cal)
         self.notes += notes
@@ -419,8 +420,8 @@ class _Builder:
         return blocks
 
     def strategies(self) -> list:
-        from commbench.figures import strategies
-        from commbench.pptimeline import timeline
+        from commbench.report.figures import strategies
+        from commbench.report.timeline import timeline
 
         rows, notes = reportdata.points(self.runs)
         self.notes += notes
@@ -448,7 +449,7 @@ class _Builder:
         return blocks
 
     def validation(self) -> list:
-        from commbench.figures import models
+        from commbench.report.figures import models
 
         rows, summary, why = reportdata.validation(self.runs, self.cal)
         if not rows:
@@ -468,7 +469,7 @@ class _Builder:
         ]
 
     def plans(self, plans: list[reportdata.Plan]) -> list:
-        from commbench.figures import models
+        from commbench.report.figures import models
 
         blocks: list = []
         for k, plan in enumerate(plans):

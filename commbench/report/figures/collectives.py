@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from commbench.figures import (
+from commbench.report.figures import (
     WIDTH,
     Figure,
     legend_outside,
@@ -21,7 +21,7 @@ from commbench.figures import (
     setup,
     size_axis,
 )
-from commbench.reportdata import Curve
+from commbench.report.inputs import Curve
 from commbench.sizes import format_size
 from commbench.traffic.program import bus_factor
 

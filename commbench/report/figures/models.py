@@ -6,8 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from commbench.figures import WIDTH, Figure, legend_outside, log_labels, palette, render, setup
-from commbench.reportdata import Plan, predicted_pairs
+from commbench.report.figures import (
+    WIDTH,
+    Figure,
+    legend_outside,
+    log_labels,
+    palette,
+    render,
+    setup,
+)
+from commbench.report.inputs import Plan, predicted_pairs
 
 # mesh axes in Megatron's rank order, then any other the planner names
 AXES = ("tp", "cp", "ep", "dp", "pp")

@@ -1,6 +1,6 @@
 """Figures of the report: matplotlib (Agg) + seaborn styling, rendered to PNG bytes.
 
-Each figure module takes plain data (built by commbench.reportdata, or by a test) and returns
+Each figure module takes plain data (built by commbench.report.inputs, or by a test) and returns
 `Figure`s; nothing here reads runs or calibrations. matplotlib and seaborn are imported inside
 `setup()`, so importing this package costs nothing on the measuring path.
 """

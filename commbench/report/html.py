@@ -9,7 +9,7 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from commbench.figures import Figure
+from commbench.report.figures import Figure
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 0;
