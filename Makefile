@@ -27,7 +27,7 @@ help:
 	@echo "make test    install, then run the test suite"
 	@echo "make report  build $(RESULTS)/report/index.html (runs a quick suite first if empty)"
 	@echo "make bench   benchmarks of commbench itself"
-	@echo "make lint    ruff check + format check"
+	@echo "make lint    ruff check + format check + mypy"
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,7 @@ test-all: install browser
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff check --fix .
