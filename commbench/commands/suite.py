@@ -407,19 +407,13 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
 
 
 def point_extras(point, summary: dict) -> dict:
-    """Pattern facts worth a line: the measured pipeline bubble, the MoE imbalance."""
-    meta = point.program.meta
-    out = {}
-    if point.program.pattern == "pp" and meta.get("compute_s"):
-        t = summary["time_us"] * 1e-6
-        out["time includes synthetic compute (ms)"] = meta["compute_s"] * 1e3
-        out["bubble measured"] = max(0.0, 1 - meta["compute_s"] / t) if t > 0 else 0.0
-        out["bubble (p-1)/(m+p-1)"] = meta["bubble_fraction"]
-    if point.program.pattern == "ep":
-        out["imbalance max/mean"] = meta["imbalance"]
-        out["router imbalance"] = meta["router_imbalance"]
-        out["dropped"] = meta["dropped_fraction"]
-    return out
+    """The pattern's facts about the point (the measured pipeline bubble, the MoE imbalance),
+    label -> value."""
+    from commbench.traffic import patterns
+
+    spec = patterns.get(point.program.pattern)
+    facts = spec.point_facts(point.program.meta, summary["time_us"] * 1e-6)
+    return {f.label: f.value for f in facts}
 
 
 def step_record(suite, point, m, rec: dict, backend: str) -> dict:

@@ -19,6 +19,8 @@ from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.models import ModelShape
 from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
 from commbench.traffic.patterns.base import (
+    Fact,
+    Role,
     TrafficOptions,
     option_fields,
     options_from_dict,
@@ -29,6 +31,8 @@ from commbench.traffic.program import Program
 
 __all__ = [
     "PATTERNS",
+    "Fact",
+    "Role",
     "PatternSpec",
     "TrafficOptions",
     "build",
@@ -44,11 +48,13 @@ __all__ = [
 @dataclass(frozen=True)
 class PatternSpec:
     """A registered pattern: its Options class, build function, the degree it exercises
-    (None: the collectives sweep) and whether it needs a model / an MoE model."""
+    (None: the collectives sweep), its role in a training step and whether it needs a model /
+    an MoE model. Everything outside traffic/patterns asks these, never a pattern's name."""
 
     name: str
     module: ModuleType
     axis: str | None
+    role: Role
     needs_model: bool = True
     needs_moe: bool = False
     sequence_parallel_option: bool = False
@@ -70,17 +76,23 @@ class PatternSpec:
         """(name, type, default) of each option."""
         return option_fields(self.Options)
 
+    def point_facts(self, meta: dict, time_s: float) -> list[Fact]:
+        """What this pattern says about a measured point beyond time and bytes (the module's
+        `point_facts(meta, time_s)`, if it has one), from its Program's meta."""
+        facts = getattr(self.module, "point_facts", None)
+        return facts(meta, time_s) if facts is not None else []
+
 
 PATTERNS: dict[str, PatternSpec] = {
     s.name: s
     for s in (
-        PatternSpec("dp", dp, "dp"),
-        PatternSpec("zero", zero, "dp"),
-        PatternSpec("tp", tp, "tp", sequence_parallel_option=True),
-        PatternSpec("pp", pp, "pp", sequence_parallel_option=True),
-        PatternSpec("cp", cp, "cp"),
-        PatternSpec("ep", ep, "ep", needs_moe=True),
-        PatternSpec("collectives", collectives, None, needs_model=False),
+        PatternSpec("dp", dp, "dp", Role.GRADIENT),
+        PatternSpec("zero", zero, "dp", Role.GRADIENT),
+        PatternSpec("tp", tp, "tp", Role.IN_LAYER, sequence_parallel_option=True),
+        PatternSpec("pp", pp, "pp", Role.PIPELINE, sequence_parallel_option=True),
+        PatternSpec("cp", cp, "cp", Role.IN_LAYER),
+        PatternSpec("ep", ep, "ep", Role.IN_LAYER, needs_moe=True),
+        PatternSpec("collectives", collectives, None, Role.SWEEP, needs_model=False),
     )
 }
 

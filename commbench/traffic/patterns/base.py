@@ -13,6 +13,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from commbench.errors import UsageError
@@ -20,6 +21,31 @@ from commbench.sizes import parse_size
 from commbench.traffic.layout import GroupInfo, ParallelLayout, sweep_mesh
 from commbench.traffic.models import ModelShape
 from commbench.traffic.program import canonical_dtype, dtype_size
+
+
+class Role(StrEnum):
+    """Where a pattern's time goes in a training step; the planner's step time combines the
+    patterns by role (Megatron-LM's schedule: in-layer traffic inside every micro-batch, the
+    pipeline around it, gradient reduction after the backward pass)."""
+
+    IN_LAYER = "in-layer"  # inside each micro-batch's forward/backward (tp, cp, ep)
+    PIPELINE = "pipeline"  # the 1F1B schedule, its compute and bubble included (pp)
+    GRADIENT = "gradient"  # after, or overlapped with, the backward pass (dp, zero)
+    SWEEP = "sweep"  # a primitive sweep, no part of a training step (collectives)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A pattern-specific number about one measured point (the pipeline bubble, the MoE
+    imbalance): `key` names it in the point record, `label` and `fmt` print it."""
+
+    key: str
+    label: str
+    value: float
+    fmt: str = ".4g"
+
+    def text(self) -> str:
+        return f"{self.label} {self.value:{self.fmt}}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.models import ModelShape
-from commbench.traffic.patterns.base import TrafficOptions, check, check_choice
+from commbench.traffic.patterns.base import Fact, TrafficOptions, check, check_choice
 from commbench.traffic.program import Program, Step
 
 NAME = "ep"
@@ -147,3 +147,13 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         a2a(comb, "backward", "dispatch grad"),
     )
     return Program(NAME, steps, meta)
+
+
+def point_facts(meta: dict, time_s: float) -> list[Fact]:
+    """How uneven the routed load was: tokens per expert max/mean after capacity, before it
+    (the router's), and the share dropped by the capacity factor."""
+    return [
+        Fact("imbalance", "imbalance max/mean", meta["imbalance"]),
+        Fact("router_imbalance", "router imbalance", meta["router_imbalance"]),
+        Fact("dropped_fraction", "dropped", meta["dropped_fraction"]),
+    ]

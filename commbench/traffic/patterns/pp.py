@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.models import ModelShape
-from commbench.traffic.patterns.base import TrafficOptions, check
+from commbench.traffic.patterns.base import Fact, TrafficOptions, check
 from commbench.traffic.program import Action, Program, Step
 
 NAME = "pp"
@@ -164,3 +164,17 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         ring=False,
     )
     return Program(NAME, (step,), meta)
+
+
+def point_facts(meta: dict, time_s: float) -> list[Fact]:
+    """The measured bubble of a point (1 - synthetic compute / measured step time) beside
+    (p-1)/(m+p-1); none for a point without compute (pp = 1 or compute_ms = 0)."""
+    compute = meta.get("compute_s") or 0.0
+    if not compute:
+        return []
+    measured = max(0.0, 1 - compute / time_s) if time_s > 0 else 0.0
+    return [
+        Fact("synthetic_compute_ms", "time includes synthetic compute (ms)", compute * 1e3),
+        Fact("bubble_measured", "bubble measured", measured),
+        Fact("bubble_theory", "bubble (p-1)/(m+p-1)", meta["bubble_fraction"]),
+    ]
