@@ -81,12 +81,7 @@ def build_parser(only: str | None = None) -> tuple[Parser, dict]:
     for name, path in COMMANDS.items():
         if only is not None and name != only:
             continue
-        try:
-            mod = importlib.import_module(path)
-        except ModuleNotFoundError as e:
-            if e.name == path:
-                continue  # command not built yet
-            raise
+        mod = importlib.import_module(path)
         p = sub.add_parser(
             name,
             help=mod.HELP,
