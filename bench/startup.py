@@ -4,7 +4,7 @@ Runs `mpirun -n 16 --oversubscribe python -m commbench run allreduce -b 8 -e 8 -
 --backend mpi` (and `commbench suite smoke --backend mpi` when the suite command exists) with
 COMMBENCH_DIAG_DIR set, so every rank reports wall-clock milestones and its loaded modules;
 a bare job (import numpy, import mpi4py.MPI, one barrier) is the floor. Launch = just before
-mpirun starts; each milestone is the slowest rank's. Goal (issue 8): first collective within
+mpirun starts; each milestone is the slowest rank's. Goal: first collective within
 3 s of launch.
 
     python bench/startup.py --ranks 16 --rounds 3 [--json rows.json]
@@ -78,9 +78,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    jobs = {"run": ["run", "allreduce", "-b", "8", "-e", "8", "--iters", "5"]}
-    if (REPO / "commbench" / "commands" / "suite.py").exists():
-        jobs["suite smoke"] = ["suite", "smoke"]
+    jobs = {
+        "run": ["run", "allreduce", "-b", "8", "-e", "8", "--iters", "5"],
+        "suite smoke": ["suite", "smoke"],
+    }
     got: dict[str, list[dict]] = {name: [] for name in ["bare", *jobs]}
     for _ in range(args.rounds):
         t0, total, out = launch(args.ranks, [sys.executable, "-c", BARE], {}, args.timeout)
@@ -114,8 +115,6 @@ def main() -> int:
                             len(heavy), "", "0", not heavy))  # fmt: skip
             print(f"#   {name}: heavy modules imported: {', '.join(heavy) or 'none'}; "
                   f"modules loaded (max over ranks): {max(r['modules'] for r in rounds)}")  # fmt: skip
-    if "suite smoke" not in jobs:
-        print("#   suite smoke: the suite command is not in this checkout (measured `run` only)")
     print("# milestones: " + "; ".join(f"{k} = {v}" for k, v in STAGES))
     write_rows(args.json, rows)
     return 0

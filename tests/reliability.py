@@ -6,7 +6,6 @@ environment so its rank processes can be found in /proc (and nobody else's are t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -192,7 +191,7 @@ def check_intact(run_dir: Path, points: int | None = None, allow_torn: bool = Fa
 
 
 # The commands that read runs, as the reliability suite runs them on a partial run (the one
-# place it calls them): `fit` (issue 4) and `report` (issue 6), each when in this checkout.
+# place it calls them): `fit` and `report`.
 READERS = {
     "fit": lambda run, scratch: ["fit", str(run), "--bootstrap", "0"],
     "report": lambda run, scratch: ["report", str(run), "-o", str(scratch / "report")],
@@ -201,14 +200,11 @@ READERS = {
 
 def check_fit_accepts(run_dir: Path) -> None:
     """A partial run is input `fit` and `report` take, saying it is partial: read_run loads it
-    and `partial_note()` says so; then each reader in this checkout runs on the run directory
-    as a plain process, must succeed, and must print that note (fit) or the word partial."""
+    and `partial_note()` says so; then each reader runs on the run directory as a plain process, must succeed, and must print that note (fit) or the word partial."""
     run = read_run(run_dir)
     note = run.partial_note()
     assert run.partial and note and "partial" in note
     for command, argv in READERS.items():
-        if importlib.util.find_spec(f"commbench.commands.{command}") is None:
-            continue
         scratch = run_dir.parent / f".{run_dir.name}-{command}"
         scratch.mkdir(exist_ok=True)
         p = subprocess.run(

@@ -1,8 +1,8 @@
 """The table of bad inputs: each must end the job with status 2 and one clear line from rank 0.
 
 To cover a new command, append BadInput rows (argv starts with the subcommand; `{tmp}` is a
-scratch directory that `setup` may fill; ranks=1 runs a plain process). Rows whose command is
-not in this checkout are skipped, so rows can land before their command does.
+scratch directory that `setup` may fill; ranks=1 runs a plain process). A row naming a command
+that does not exist fails (test_every_row_names_a_command).
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@ silent recorded fallback, and a start-up path that imports nothing heavy."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -124,10 +123,6 @@ def test_run_imports_nothing_heavy(tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(
-    importlib.util.find_spec("commbench.commands.suite") is None,
-    reason="the suite command is not in this checkout",
-)
 def test_suite_smoke_imports_nothing_heavy(tmp_path):
     for d in diag_job(tmp_path, "suite", "smoke"):
         loaded = {m.split(".")[0] for m in d["modules"]}
