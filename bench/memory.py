@@ -3,7 +3,7 @@
 For each op at S (default 256 MiB) on 2 ranks: `commbench run OP -b S -e S` (peak RSS from
 COMMBENCH_DIAG_DIR, max over ranks) and bench/floor.c on the same point (its own peak RSS,
 i.e. the two buffers plus whatever MPI allocates itself). A sweep from S/256 to S in one run
-shows buffers are allocated once at the largest size and reused as views. Goal (issue 8): at
+shows buffers are allocated once at the largest size and reused as views. Goal: at
 most 2 x the largest buffer + 100 MB per rank; MPI's own temporaries (Open MPI's allreduce
 keeps a scratch buffer) are shown by the floor column.
 

@@ -7,7 +7,7 @@ block by block in rotating order: the C floor (floor.c), the bare mpi4py loop
 (floor_mpi4py.py), commbench's Runner with the native loop, and with the Python loop
 (the COMMBENCH_NATIVE=0 fallback). A ratio is taken between blocks of the same round; the
 median over blocks is quoted, for the median over iterations (the goal) and for the minimum
-(which shrugs off other load on a shared machine). Goal (issue 8), mpi backend, 2 ranks:
+(which shrugs off other load on a shared machine). Goal, mpi backend, 2 ranks:
 commbench <= 1.10x the C floor at 8 B and <= 1.02x at 4 MiB.
 
     python bench/overhead.py --ranks 2,4 --blocks 11 --iters 200 [--json rows.json]

@@ -1,4 +1,4 @@
-"""Layering (DESIGN.md section 2): the analysis commands read records only, so loading them
+"""Layering: the analysis commands read records only, so loading them
 pulls in no transport, no session and no MPI or torch."""
 
 import subprocess

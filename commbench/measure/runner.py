@@ -1,6 +1,6 @@
 """Execute Steps on their groups: check, warm up, time, and reduce samples to statistics.
 
-Timing follows DESIGN.md section 4: per iteration, barrier on the group, clock, op, device
+Timing (docs/design.md, "Timing"): per iteration, barrier on the group, clock, op, device
 sync, clock; an iteration's time is the max over the group's ranks (and over all groups
 of the axis, which run at the same time as in training). Iteration counts adapt to the
 size within a time budget per point. The runner never names a pattern.

@@ -1,9 +1,9 @@
 """One measuring job on every rank: world, hosts, run directory, watchdog, signals, teardown.
 
-The rules of DESIGN.md section 6 live here: rank 0 prints and writes; a stop signal seen by
-any rank stops all of them at the next point (agreed by a collective); an exception or a
-point that makes no progress for `--timeout` seconds aborts the whole job instead of
-leaving peers waiting; the run directory's status says how it ended.
+The rules of a measuring job live here (docs/design.md, "Failures"): rank 0 prints and
+writes; a stop signal seen by any rank stops all of them at the next point (agreed by a
+collective); an exception or a point that makes no progress for `--timeout` seconds aborts
+the whole job instead of leaving peers waiting; the run directory's status says how it ended.
 """
 
 from __future__ import annotations
