@@ -22,10 +22,10 @@ def parse_size(text: str | int, what: str = "size") -> int:
                 f"{what} {text!r} does not parse: use a positive integer with an optional "
                 "K/M/G suffix (powers of 1024), e.g. 8, 64K, 256M"
             )
-        value = float(m.group(1)) * _UNITS[m.group(2).upper()]
-        if value != int(value):
+        scaled = float(m.group(1)) * _UNITS[m.group(2).upper()]
+        if scaled != int(scaled):
             raise UsageError(f"{what} {text!r} is not a whole number of bytes")
-        value = int(value)
+        value = int(scaled)
     if value <= 0:
         raise UsageError(f"{what} {text!r} must be positive")
     return value

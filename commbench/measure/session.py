@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
@@ -125,15 +125,27 @@ class Session:
         self.timing = timing
         self.stop = threading.Event()
         self.writer: RunWriter | None = None
-        self.world: Communicator | None = None
-        self.runner: Runner | None = None
+        self._world: Communicator | None = None
+        self._runner: Runner | None = None
         self.nodes: tuple[int, ...] = ()
         self.hosts: list[str] = []
         # a bad spec fails here, before any talk; a self-signal waits for the signal thread
         self.faults = Injector.from_env(launch.rank, settle=self.stop.wait)
         self.notice = Notice()
-        self.watchdog: Watchdog | None = None
+        self.watchdog = Watchdog(opts.timeout_s, self._timed_out)
         self._saved_signals: dict = {}
+
+    @property
+    def world(self) -> Communicator:
+        """The world communicator (open inside the `with` block)."""
+        assert self._world is not None, "the session is not open"
+        return self._world
+
+    @property
+    def runner(self) -> Runner:
+        """The runner on the world (inside the `with` block)."""
+        assert self._runner is not None, "the session is not open"
+        return self._runner
 
     # ---- printing: rank 0 talks ----
     @property
@@ -147,14 +159,13 @@ class Session:
     # ---- lifecycle ----
     def __enter__(self) -> Session:
         self._install_signals()
-        self.watchdog = Watchdog(self.opts.timeout_s, self._timed_out)
         atexit.register(_alarm_at_exit, self.opts.timeout_s)
         try:
             load_backend(self.opts.backend)
             with self.watchdog.guard("start-up (rendezvous)"):
                 self.faults.at(START)
                 diag.mark("open_world")
-                self.world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
+                self._world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
                 diag.mark("world")
                 self.hosts = self.world.allgather_obj(self.launch.host)
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
@@ -163,7 +174,7 @@ class Session:
             self._agreed_usage_exit(e)
         except BaseException as e:
             self._fail(e)
-        self.runner = Runner(
+        self._runner = Runner(
             self.world, self.timing, self.watchdog.guard, self.stop.is_set, self.faults.at
         )
         return self
@@ -227,7 +238,7 @@ class Session:
             "timeout_s": self.opts.timeout_s,
         }
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc is None:
             self._finish("complete")
             with self.watchdog.guard("shut-down"):
@@ -271,9 +282,9 @@ class Session:
                 self._finish("failed", cause or message)
             else:
                 self.notice.send(f"rank {self.launch.rank}: {message}")
-        if self.world is not None and self.world.size > 1:
+        if self._world is not None and self._world.size > 1:
             with contextlib.suppress(BaseException):
-                self.world.abort(code)  # peers may be waiting in a collective: take them down
+                self._world.abort(code)  # peers may be waiting in a collective: take them down
         os._exit(code)
 
     def _finish(self, status: str, error: str | None = None) -> None:
@@ -281,10 +292,10 @@ class Session:
             self.writer.finish(status, error)
 
     def _close(self) -> None:
-        if self.runner is not None:
-            self.runner.close()
-        if self.world is not None:
-            self.world.close()
+        if self._runner is not None:
+            self._runner.close()
+        if self._world is not None:
+            self._world.close()
         self._restore_signals()
 
     def _timed_out(self, label: str) -> None:

@@ -12,7 +12,7 @@ import mmap
 import time
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import mpi4py
 import numpy as np
@@ -86,7 +86,7 @@ class MPICommunicator(Communicator):
         if sub == MPI.COMM_NULL:
             return None
         ranks = tuple(self.ranks[r] for r in groups[color])
-        return MPICommunicator(sub, ranks, self._loop, self._availability)
+        return MPICommunicator(cast(MPI.Intracomm, sub), ranks, self._loop, self._availability)
 
     def barrier(self) -> None:
         self.comm.Barrier()
@@ -235,6 +235,7 @@ class MPICommunicator(Communicator):
         nothing but the mpi4py call between the clocks (host buffers: no device sync)."""
         desc = getattr(fn, "native", None)
         if desc is not None:
+            assert self._loop is not None  # descriptors are made by this loop
             return self._loop.time(desc, iters, mode == PIPELINED)
         call = getattr(fn, "call", fn)
         barrier, clock = self.comm.Barrier, time.perf_counter

@@ -133,6 +133,7 @@ class BoundOp:
 
     def __call__(self) -> None:
         if self.native is not None:
+            assert self._loop is not None  # a descriptor is only kept with its loop
             self._loop.call(self.native)
         else:
             self.call()

@@ -67,13 +67,14 @@ def init_world(launch: LaunchInfo, backend: str, timeout_s: float) -> TorchCommu
             addr = comm.bcast((_rendezvous_address(), _free_port()) if comm.rank == 0 else None)
         else:
             addr = ("127.0.0.1", _free_port())
+        eager: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(
             backend,
             init_method=f"tcp://{addr[0]}:{addr[1]}",
             rank=launch.rank,
             world_size=launch.size,
             timeout=timeout,
-            **({"device_id": device} if backend == "nccl" else {}),
+            **eager,
         )
     world = dist.get_world_size()
     return TorchCommunicator(None, tuple(range(world)), device, backend)
@@ -202,7 +203,11 @@ class TorchCommunicator(Communicator):
         self, send: torch.Tensor, dest: int | None, recv: torch.Tensor, source: int | None
     ) -> Fn:
         if dest == self.rank and source == self.rank:
-            return lambda: recv.copy_(send)
+
+            def copy() -> None:
+                recv.copy_(send)
+
+            return copy
         g, ops = self.group, []
         if dest is not None:
             ops.append(dist.P2POp(dist.isend, send, self._g(dest), g))
