@@ -68,7 +68,7 @@ def print_report(
 ) -> None:
     """The series table, skipped series and the link table, nccl-tests style; a partial run's
     note (results.Run.partial_note: why it is partial, what was kept) under its line."""
-    from commbench.console import Column, Table
+    from commbench.tables import Column, Table
     from commbench.sizes import format_size
 
     runs = doc["provenance"]["runs"]
