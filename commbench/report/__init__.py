@@ -1,8 +1,5 @@
-"""The report: runs + calibration + plans -> PNG figures and one self-contained index.html.
-
-    from commbench.report import ReportOptions, build_report
-    rep = build_report(ReportOptions(runs=[Path("results/r1")], out=Path("results/report")))
-"""
+"""The report: runs + calibration + plans -> PNG figures and one self-contained index.html,
+drawn by `build_report(ReportOptions(runs=[...], out=...))` (report/build.py)."""
 
 from commbench.report.build import Report, ReportOptions, build_report
 

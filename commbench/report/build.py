@@ -15,15 +15,25 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from commbench import __version__
 from commbench.errors import UsageError
 from commbench.report import inputs as reportdata
 from commbench.report.figures import Figure
-from commbench.report.figures.models import axis_order
-from commbench.report.html import Num, Raw, Section, Table, badge, bullets, esc, page
+from commbench.report.html import Block, Section, bullets, page
+from commbench.report.tables import (
+    calibration_blocks,
+    plan_table,
+    points_table,
+    runs_table,
+    validation_tables,
+)
 from commbench.results.rundir import Run, read_run
-from commbench.sizes import format_size
+from commbench.traffic.patterns import Role
+
+if TYPE_CHECKING:
+    from commbench.calibration import Calibration
 
 FIGURES_DIR = "figures"
 
@@ -69,7 +79,7 @@ def _runs(opts: ReportOptions) -> tuple[list[Run], str, list[str]]:
     return runs, how, skipped
 
 
-def _calibration(opts: ReportOptions, runs: list[Run]):
+def _calibration(opts: ReportOptions, runs: list[Run]) -> tuple[Calibration | None, str, bool]:
     """(Calibration or None, how it was obtained, in_sample)."""
     from commbench import calibration
 
@@ -95,264 +105,6 @@ def _calibration(opts: ReportOptions, runs: list[Run]):
     return calibration.Calibration(doc, "the in-report fit"), how, True
 
 
-# ---- tables --------------------------------------------------------------------------------
-def _versions(meta: dict) -> str:
-    libs = meta.get("libraries") or {}
-    parts = [f"{k} {str(v).split(',')[0].strip()}" for k, v in libs.items() if v]
-    if meta.get("python"):
-        parts.insert(0, f"python {meta['python']}")
-    if meta.get("commbench_version"):
-        parts.insert(0, f"commbench {meta['commbench_version']}")
-    return "; ".join(parts) or "-"
-
-
-def runs_table(runs: list[Run]) -> Table:
-    rows, partial = [], set()
-    for i, r in enumerate(runs):
-        m = r.meta
-        if r.partial:
-            partial.add(i)
-        env = m.get("env") or {}
-        nccl = ", ".join(f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_"))
-        rows.append(
-            [
-                r.path.name,
-                reportdata.run_kind(r),
-                Raw(f"<code>{esc(m.get('command', '-'))}</code>"),
-                badge(r.status, r.partial),
-                len(r.records),
-                m.get("start_time_iso", "-"),
-                ", ".join(m.get("hosts") or []) or "-",
-                m.get("world_size", "-"),
-                m.get("ranks_per_node", "-"),
-                m.get("backend", "-"),
-                _versions(m) + (f"; {nccl}" if nccl else ""),
-                (m.get("git_revision") or "-")[:10],
-            ]
-        )
-    return Table(
-        [
-            "run",
-            "kind",
-            "command",
-            "status",
-            "records",
-            "started",
-            "hosts",
-            "world",
-            "ranks/node",
-            "backend",
-            "versions",
-            "git",
-        ],
-        rows,
-        partial,
-    )
-
-
-def series_table(cal) -> Table:
-    rows = []
-    for row in cal.doc["series"]:
-        for k, s in enumerate(row["segments"]):
-            bw = s.get("busbw_GBps")
-            rows.append(
-                [
-                    row["op"],
-                    row["group_size"],
-                    row["link_class"],
-                    row["dtype"],
-                    row["backend"],
-                    row["timing"],
-                    k + 1,
-                    f"{format_size(s['bytes_min'])} .. {format_size(s['bytes_max'])}",
-                    Num(f"{s['alpha_s'] * 1e6:.2f}"),
-                    Num(f"{bw:.3g}" if bw is not None else "-"),
-                    Num(f"{s['median_rel_err']:.1%}"),
-                    Num(f"{s['max_rel_err']:.1%}"),
-                    s["points"],
-                ]
-            )
-    return Table(
-        [
-            "op",
-            "p",
-            "link",
-            "dtype",
-            "backend",
-            "timing",
-            "segment",
-            "bytes",
-            "alpha (us)",
-            "busbw (GB/s)",
-            "median |err|",
-            "max |err|",
-            "points",
-        ],
-        rows,
-        caption="Fitted segments, t = alpha + beta x S; busbw = factor(op, p) / beta in GB/s "
-        "(1e9 B/s); errors are relative, |fit - measured| / measured.",
-    )
-
-
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def link_table(cal) -> Table:
-    rows = []
-    for e in cal.doc.get("link_table", []):
-        m = e["models"][e["best_model"]]
-        rows.append(
-            [
-                e["backend"],
-                e["link_class"],
-                e["timing"],
-                e["best_model"],
-                Num(f"{m['alpha_s'] * 1e6:.2f}"),
-                Num(_fmt(m.get("busbw_GBps"), ".3g")),  # None: beta 0 (flat or falling times)
-                Num(_fmt(m.get("median_rel_err"), ".1%")),  # absent from a reference
-                ", ".join(map(str, e.get("group_sizes", []))),
-                e.get("note") or "",
-            ]
-        )
-    return Table(
-        [
-            "backend",
-            "link",
-            "timing",
-            "best model",
-            "alpha (us)",
-            "busbw (GB/s)",
-            "median |err|",
-            "group sizes",
-            "note",
-        ],
-        rows,
-        caption="Link table: one alpha and bus bandwidth per link class under the best algorithm "
-        "model (Thakur, Rabenseifner & Gropp 2005).",
-    )
-
-
-def _extras(r: reportdata.PointRow) -> str:
-    rec = r.record or {}
-    meta = rec.get("meta") or {}
-    out = list(r.notes)
-    if r.pattern == "pp" and rec.get("bubble_measured") is not None:
-        out.append(
-            f"bubble {rec['bubble_measured']:.1%} measured, {meta.get('bubble_fraction', 0):.1%} "
-            f"theory; includes {meta.get('compute_s', 0) * 1e3:.3g} ms synthetic compute"
-        )
-    if r.pattern == "ep" and "imbalance" in meta:
-        out.append(
-            f"imbalance {meta['imbalance']:.2f}, router {meta.get('router_imbalance', 0):.2f}, "
-            f"dropped {meta.get('dropped_fraction', 0):.1%}"
-        )
-    return "; ".join(out)
-
-
-def points_table(rows: list[reportdata.PointRow]) -> Table:
-    out, partial = [], set()
-    for i, r in enumerate(rows):
-        if not r.complete:
-            partial.add(i)
-        out.append(
-            [
-                r.run_id,
-                r.index,
-                r.pattern,
-                r.model,
-                r.config,
-                r.options,
-                Num(f"{r.time_us / 1e3:.3f}"),
-                Num(format_size(r.bytes) if r.bytes else "-"),
-                Num(f"{r.busbw_GBps:.3f}" if r.busbw_GBps is not None else "-"),
-                r.wrong,
-                "yes" if r.extrapolated else "-",
-                _extras(r),
-            ]
-        )
-    return Table(
-        [
-            "run",
-            "point",
-            "pattern",
-            "model",
-            "config",
-            "options",
-            "comm (ms)",
-            "bytes/rank",
-            "busbw (GB/s)",
-            "#wrong",
-            "extrapolated",
-            "notes",
-        ],
-        out,
-        partial,
-        caption="Suite points: comm = sum over the Program's steps of median time (slowest rank) "
-        "x repeat; bytes = S x repeat per rank; busbw = bus bytes / comm. Highlighted: points "
-        "without their point record (run cut short).",
-    )
-
-
-def validation_tables(rows: list[dict], summary: list[dict]) -> list[Table]:
-    def ms(v):
-        return Num(f"{v * 1e3:.3f}") if isinstance(v, (int, float)) else "-"
-
-    def pct(v):
-        return Num(f"{v:+.1%}") if isinstance(v, (int, float)) else "-"
-
-    summ = Table(
-        ["pattern", "points", "median |error|", "max |error|"],
-        [
-            [
-                s.get("pattern"),
-                s.get("points"),
-                Num(f"{s['median_abs_error']:.1%}")
-                if s.get("median_abs_error") is not None
-                else "-",
-                Num(f"{s['max_abs_error']:.1%}") if s.get("max_abs_error") is not None else "-",
-            ]
-            for s in summary
-        ],
-        caption="Per pattern: relative error (predicted - measured) / measured.",
-    )
-    detail = Table(
-        ["pattern", "config", "model", "measured (ms)", "predicted (ms)", "error", "status"],
-        [
-            [
-                r.get("pattern"),
-                r.get("config"),
-                r.get("model"),
-                ms(r.get("measured_s")),
-                ms(r.get("predicted_s")),
-                pct(r.get("rel_error")),
-                r.get("status", ""),
-            ]
-            for r in rows
-        ],
-    )
-    return [summ, detail]
-
-
-def plan_table(plan: reportdata.Plan, top: int) -> Table:
-    axes = axis_order({a for c in plan.configs for a in c.comm_s})
-
-    def ms(v):
-        return Num(f"{v * 1e3:.4g}" if v is not None else "-")
-
-    return Table(
-        ["rank", "config", "step (ms)", "comm (ms)"]
-        + [f"{a} (ms)" for a in axes]
-        + ["compute (ms)", "bubble (ms)"],
-        [
-            [c.rank, c.label, ms(c.step_s), ms(c.comm_total)]
-            + [ms(c.comm_s.get(a)) for a in axes]
-            + [ms(c.compute_s), ms(c.bubble_s)]
-            for c in plan.configs[:top]
-        ],
-    )
-
-
 # ---- building ------------------------------------------------------------------------------
 CONVENTIONS = (
     "Conventions (nccl-tests): S = the larger of one rank's input and output buffer; "
@@ -366,7 +118,7 @@ CONVENTIONS = (
 class _Builder:
     """Collects figures and what is missing while each section is drawn."""
 
-    def __init__(self, runs: list[Run], cal, in_sample: bool, top: int) -> None:
+    def __init__(self, runs: list[Run], cal: Calibration | None, in_sample: bool, top: int) -> None:
         self.runs, self.cal, self.in_sample, self.top = runs, cal, in_sample, top
         self.figures: list[Figure] = []
         self.missing: list[str] = []
@@ -386,7 +138,7 @@ class _Builder:
             if not r.records:
                 self.missing.append(f"run {r.path.name} has no records: nothing of it to draw")
 
-    def collectives(self, cal_how: str) -> list:
+    def collectives(self, cal_how: str) -> list[Block]:
         from commbench.report.figures import collectives
 
         curves, notes = reportdata.curves(self.runs, self.cal)
@@ -400,7 +152,7 @@ class _Builder:
             self.missing.append(
                 f"no calibration ({cal_how}): fitted lines, residuals and validation not drawn"
             )
-        blocks: list = []
+        blocks: list[Block] = []
         by_op: dict[str, list] = {}
         for c in curves:
             by_op.setdefault(c.key.op, []).append(c)
@@ -414,24 +166,23 @@ class _Builder:
         for why, labels in unfit.items():
             self.missing.append(f"no fit for {len(labels)} series ({why}): {'; '.join(labels)}")
         if self.cal is not None and self.cal.doc.get("series"):
-            blocks.append(series_table(self.cal))
-            if self.cal.doc.get("link_table"):
-                blocks.append(link_table(self.cal))
+            blocks += calibration_blocks(self.cal)
         return blocks
 
-    def strategies(self) -> list:
+    def strategies(self) -> list[Block]:
         from commbench.report.figures import strategies
         from commbench.report.timeline import timeline
 
         rows, notes = reportdata.points(self.runs)
         self.notes += notes
-        strat = [r for r in rows if r.pattern != "collectives"]
-        blocks: list = []
+        strat = [r for r in rows if reportdata.role(r.pattern) is not Role.SWEEP]
+        blocks: list[Block] = []
         if strat:
             blocks.append(self.add(strategies.step_breakdown(strat)))
         else:
             self.missing.append(
-                "no suite point of a strategy (tp, dp, zero, pp, cp, ep): no step-time figure"
+                f"no suite point of a strategy ({', '.join(strategies.strategy_order())}): "
+                "no step-time figure"
             )
         if rows:
             blocks.append(points_table(rows))
@@ -440,15 +191,16 @@ class _Builder:
             blocks.append(self.add(strategies.ep_load(loads)))
         else:
             self.missing.append("no EP suite point: no tokens-per-destination figure")
-        tls = [timeline(r.record, r.run_id) for r in strat if r.pattern == "pp" and r.complete]
-        tls = [t for t in tls if t is not None]
+        pipelines = [r for r in strat if reportdata.role(r.pattern) is Role.PIPELINE]
+        replays = (timeline(r.record, r.run_id) for r in pipelines if r.record is not None)
+        tls = [t for t in replays if t is not None]
         for k, t in enumerate(tls):
             blocks.append(self.add(strategies.pp_timeline(t, f"pp-timeline-{k + 1}")))
         if not tls:
             self.missing.append("no PP suite point with pp > 1: no 1F1B timeline")
         return blocks
 
-    def validation(self) -> list:
+    def validation(self) -> list[Block]:
         from commbench.report.figures import models
 
         rows, summary, why = reportdata.validation(self.runs, self.cal)
@@ -457,7 +209,7 @@ class _Builder:
             return []
         if not reportdata.predicted_pairs(rows):
             self.missing.append("validate: no point could be predicted (see the status column)")
-            return validation_tables(rows, summary)
+            return [*validation_tables(rows, summary)]
         note = (
             "The calibration was fitted from these same runs: an in-sample check"
             if self.in_sample
@@ -468,10 +220,10 @@ class _Builder:
             *validation_tables(rows, summary),
         ]
 
-    def plans(self, plans: list[reportdata.Plan]) -> list:
+    def plans(self, plans: list[reportdata.Plan]) -> list[Block]:
         from commbench.report.figures import models
 
-        blocks: list = []
+        blocks: list[Block] = []
         for k, plan in enumerate(plans):
             if not plan.configs:
                 self.missing.append(f"plan {plan.source} has no configs")
