@@ -47,7 +47,7 @@ STAGES = [
     ("figures: PP timelines", "commbench/report/figures/strategies.py", "pp_timeline"),
     ("  of the figures: PNG encoding (render)", "commbench/report/figures/__init__.py", "render"),
     ("HTML page (reporthtml.page)", "commbench/report/html.py", "page"),
-    ("write files (report._write)", "commbench/report/__init__.py", "_write"),
+    ("write files (report.build._write)", "commbench/report/build.py", "_write"),
 ]
 
 

@@ -16,6 +16,7 @@ from commbench.report.figures import models, setup, size_axis
 from commbench.report.html import Table, table_html
 from commbench.report.inputs import PointRow, ep_loads, load_plan
 from commbench.report.timeline import replay, timeline
+from commbench.tables import Column, TableSpec
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.models import get_model
@@ -214,5 +215,5 @@ def test_bad_plan_files(tmp_path, doc, message):
 
 
 def test_html_cells_are_escaped():
-    html = table_html(Table(["a<b"], [["<script>alert(1)</script>"]]))
+    html = table_html(Table(TableSpec((Column("a<b"),)), [["<script>alert(1)</script>"]]))
     assert "<script>" not in html and "&lt;script&gt;" in html and "a&lt;b" in html

@@ -17,6 +17,7 @@ pipeline schedules are not primitive ops: they are ignored and counted.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 from commbench.commands.argtypes import positive_int
 
@@ -59,17 +60,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary lines")
 
 
-def _fmt(v, spec: str, scale: float = 1.0) -> str:
-    return "-" if v is None else format(v * scale, spec)
-
-
-def print_report(
-    doc: dict, outcomes, links, quiet: bool = False, partial_notes: list[str] = ()
-) -> None:
-    """The series table, skipped series and the link table, nccl-tests style; a partial run's
-    note (results.Run.partial_note: why it is partial, what was kept) under its line."""
-    from commbench.console import Column, Table
-    from commbench.sizes import format_size
+def print_report(doc: dict, quiet: bool = False, partial_notes: Sequence[str] = ()) -> None:
+    """The calibration's series table, skipped series and link table, nccl-tests style; a
+    partial run's note (results.Run.partial_note: why it is partial, what was kept) under its
+    line."""
+    from commbench.tables import (
+        LINK_LEGEND,
+        LINKS,
+        SERIES,
+        Table,
+        link_notes,
+        link_rows,
+        series_rows,
+    )
 
     runs = doc["provenance"]["runs"]
     used = sum(r["records_used"] for r in runs)
@@ -97,106 +100,24 @@ def print_report(
         print(f"#   left out {wrong} point(s) with wrong > 0, {notime} with no positive time")
     if not quiet:
         print("#")
-        print(
-            "# series fits: time = alpha + beta*bytes per segment; bw = 1/beta (GB/s = 1e9 B/s); "
-            "err = |pred-t|/t (median, max of kept points); loso = leave-one-size-out median"
-        )
-        t = Table(
-            [
-                Column("op", "", 14),
-                Column("p", "", 4),
-                Column("link", "", 5),
-                Column("dtype", "", 8),
-                Column("backend", "", 7),
-                Column("timing", "", 13),
-                Column("seg", "", 3),
-                Column("bytes", "(range)", 19),
-                Column("alpha", "(us)", 9),
-                Column("alpha95", "(us)", 17),
-                Column("algbw", "(GB/s)", 8),
-                Column("busbw", "(GB/s)", 8),
-                Column("R2", "log", 6),
-                Column("err", "med", 6),
-                Column("err", "max", 6),
-                Column("loso", "med", 6),
-                Column("pts", "", 4),
-                Column("out", "", 4),
-            ]
-        )
-        for o in outcomes:
-            row = o.row
-            for k, s in enumerate(row["segments"]):
-                ci = s["alpha_ci95"]
-                t.row(
-                    row["op"] + ("" if row["placement"] == "out-of-place" else "(in)"),
-                    row["group_size"],
-                    row["link_class"],
-                    row["dtype"],
-                    row["backend"],
-                    row["timing"],
-                    k + 1,
-                    f"{format_size(s['bytes_min'])}..{format_size(s['bytes_max'])}",
-                    _fmt(s["alpha_s"], ".2f", 1e6),
-                    f"{ci[0] * 1e6:.2f}..{ci[1] * 1e6:.2f}" if ci else "-",
-                    _fmt(s["algbw_GBps"], ".3g"),
-                    _fmt(s["busbw_GBps"], ".3g"),
-                    _fmt(s["r2_log"], ".3f"),
-                    _fmt(s["median_rel_err"], ".1%"),
-                    _fmt(s["max_rel_err"], ".1%"),
-                    _fmt(s["loso_median_rel_err"], ".1%"),
-                    s["points"],
-                    s["outliers"],
-                )
+        print(f"# {SERIES.caption}")
+        t = Table(SERIES.columns)
+        for row in series_rows(doc["series"]):
+            t.row(*row)
     for s in doc["skipped"]:
         print(
             f"# not fitted: {s['op']} p={s['group_size']} {s['link_class']} {s['dtype']} "
             f"{s['backend']} {s['timing']}: {s['reason']}"
         )
-    if links and not quiet:
+    if doc["link_table"] and not quiet:
         print("#")
-        print(
-            "# link table: one (alpha, beta) per link, jointly over ops and group sizes; "
-            "time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005); busbw = 1/beta"
-        )
-        t = Table(
-            [
-                Column("backend", "", 8),
-                Column("link", "", 5),
-                Column("timing", "", 13),
-                Column("model", "", 12),
-                Column("alpha", "(us)", 9),
-                Column("busbw", "(GB/s)", 9),
-                Column("err", "med", 6),
-                Column("err", "max", 7),
-                Column("R2", "log", 6),
-                Column("pts", "", 5),
-                Column("best", "", 4),
-            ]
-        )
-        for e in links:
-            for name, m in e.models.items():
-                mark = "*" if name == e.best_model else ("=" if name in e.ties else "")
-                t.row(
-                    e.backend,
-                    e.link_class,
-                    e.timing,
-                    name,
-                    _fmt(m.alpha_s, ".2f", 1e6),
-                    _fmt(m.busbw_GBps, ".3g"),
-                    _fmt(m.median_rel_err, ".1%"),
-                    _fmt(m.max_rel_err, ".1%"),
-                    _fmt(m.r2_log, ".3f"),
-                    m.points,
-                    mark,
-                )
-        print(
-            "# best: * (= ties within 1%; the first of ring, tree, rabenseifner, pairwise wins a tie); group sizes and ops per link:"
-        )
-        for e in links:
-            print(
-                f"#   {e.backend}/{e.link_class}/{e.timing}: p = {e.group_sizes}, ops = "
-                f"{', '.join(e.ops)}" + (f" ({e.note})" if e.note else "")
-            )
+        print(f"# {LINKS.caption}")
+        t = Table(LINKS.columns)
+        for row in link_rows(doc["link_table"]):
+            t.row(*row)
+        print(f"# {LINK_LEGEND}")
+        for line in link_notes(doc["link_table"]):
+            print(f"#   {line}")
     for s in doc["link_skipped"]:
         print(f"# no link model for {s['backend']}/{s['link_class']}/{s['timing']}: {s['reason']}")
     for n in doc["notes"]:
@@ -232,8 +153,8 @@ def main(args: argparse.Namespace) -> int:
             f"no usable records in {', '.join(args.runs)} (ignored: {why}): nothing to fit"
         )
     doc, outcomes, links = calibrate.build(collected, opts)
-    partial = [run.partial_note() for run, _ in runs if run.partial]
-    print_report(doc, outcomes, links, args.quiet, partial)
+    partial = [note for run, _ in runs if (note := run.partial_note()) is not None]
+    print_report(doc, args.quiet, partial)
     if not outcomes:  # every series is in doc["skipped"] with its reason: name the first
         s, more = doc["skipped"][0], len(doc["skipped"]) - 1
         raise UsageError(

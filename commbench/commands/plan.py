@@ -246,7 +246,7 @@ def header(result, out) -> None:
 
 
 def table(result, top: int, out) -> None:
-    from commbench.console import Column, Table
+    from commbench.tables import Column, Table
 
     t = Table(
         [

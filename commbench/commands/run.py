@@ -116,7 +116,7 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
 
 
 def columns():
-    from commbench.console import Column
+    from commbench.tables import Column
 
     return [
         Column("size", "(B)", 12),
@@ -135,8 +135,8 @@ def columns():
 
 
 def main(args: argparse.Namespace) -> int:
-    from commbench.console import Table
     from commbench.measure.session import Session
+    from commbench.tables import Table
     from commbench.traffic.program import supports
 
     launch = common.launch_info()

@@ -264,7 +264,7 @@ def point_summary(point, plan, results: list[dict | None]) -> dict:
 
 
 def point_columns():
-    from commbench.console import Column
+    from commbench.tables import Column
 
     return [
         Column("point", "", 6),
@@ -338,9 +338,9 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     """Run every point under one Session; rank 0 prints and writes."""
     import dataclasses
 
-    from commbench.console import Table
     from commbench.measure.session import Session
     from commbench.sizes import format_size
+    from commbench.tables import Table
     from commbench.traffic.execution import plan
 
     first_timing = timings[id(points[0].run)]

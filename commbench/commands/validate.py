@@ -41,7 +41,7 @@ def _pct(v) -> str:
 
 
 def print_rows(rows, summary, cal, steps: bool, out) -> None:
-    from commbench.console import Column, Table
+    from commbench.tables import Column, Table
 
     w = out.write
     w(f"# commbench validate: {len(rows)} point(s) against {cal.source} [{cal.kind}]\n")

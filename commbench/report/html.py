@@ -8,8 +8,10 @@ import base64
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from commbench.report.figures import Figure
+from commbench.tables import Column, TableSpec
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 0;
@@ -42,12 +44,12 @@ footer { color: #55606e; font-size: 0.85em; margin-top: 2em; }
 
 @dataclass
 class Table:
-    """Column headers (with units) and rows of cells; `partial` rows are highlighted."""
+    """A table description and its rows of values (a Raw value is trusted HTML); `partial`
+    rows are highlighted."""
 
-    columns: Sequence[str]
-    rows: list[Sequence]
+    spec: TableSpec
+    rows: Sequence[Sequence[Any]]
     partial: set[int] = field(default_factory=set)
-    caption: str = ""
 
 
 @dataclass
@@ -55,7 +57,7 @@ class Section:
     """A heading and its blocks, in order: text (str, HTML-escaped), Table, Figure, or Raw."""
 
     title: str
-    blocks: list = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
     anchor: str = ""
 
 
@@ -66,29 +68,31 @@ class Raw:
     html: str
 
 
-def esc(v) -> str:
+Block = str | Table | Figure | Raw
+
+
+def esc(v: Any) -> str:
     return html.escape("" if v is None else str(v))
 
 
-class Num(str):
-    """A formatted number: right-aligned in its cell."""
-
-
-def _cell(v) -> str:
+def _cell(col: Column, v: Any) -> str:
+    """A cell as its column formats it; numbers (and formatted columns) right-aligned."""
     if isinstance(v, Raw):
         return f"<td>{v.html}</td>"
-    if isinstance(v, Num) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
-        return f'<td class="num">{esc(v)}</td>'
-    return f"<td>{esc(v)}</td>"
+    if col.fmt or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return f'<td class="num">{esc(col.text(v))}</td>'
+    return f"<td>{esc(col.text(v))}</td>"
 
 
 def table_html(t: Table) -> str:
-    head = "".join(f"<th>{esc(c)}</th>" for c in t.columns)
+    cols = t.spec.columns
+    head = "".join(f"<th>{esc(c.title)}</th>" for c in cols)
     body = "\n".join(
-        f"<tr{' class=partial' if i in t.partial else ''}>{''.join(_cell(v) for v in row)}</tr>"
+        f"<tr{' class=partial' if i in t.partial else ''}>"
+        f"{''.join(_cell(c, v) for c, v in zip(cols, row))}</tr>"
         for i, row in enumerate(t.rows)
     )
-    cap = f"<p>{esc(t.caption)}</p>" if t.caption else ""
+    cap = f"<p>{esc(t.spec.caption)}</p>" if t.spec.caption else ""
     return f'{cap}<div class="scroll"><table><thead><tr>{head}</tr></thead>\n<tbody>{body}</tbody></table></div>'
 
 

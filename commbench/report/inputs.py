@@ -9,13 +9,18 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from commbench.errors import UsageError
 from commbench.fit.collect import SeriesKey, collect
 from commbench.results.rundir import Run, is_run_dir, read_run
-from commbench.traffic.patterns.base import options_label
+from commbench.traffic import patterns
+from commbench.traffic.patterns.base import Role, options_label
+
+if TYPE_CHECKING:
+    from commbench.calibration import Calibration, SeriesModel
 
 # suite options shown short in labels (as `commbench suite` prints them)
 
@@ -93,10 +98,10 @@ class Curve:
     key: SeriesKey
     x: np.ndarray  # bytes
     t: np.ndarray  # seconds
-    model: object | None = None  # calibration.SeriesModel of the same key
+    model: SeriesModel | None = None  # the calibration's series of the same key
     missing: str = ""  # why there is no fit
 
-    def fitted(self, nbytes) -> np.ndarray:
+    def fitted(self, nbytes: float | np.ndarray) -> np.ndarray:
         """Seconds the fit predicts at each size (the segment holding it)."""
         assert self.model is not None
         return np.array([self.model.at(float(b)) for b in np.atleast_1d(nbytes)])
@@ -104,13 +109,14 @@ class Curve:
     def residuals(self) -> tuple[np.ndarray, np.ndarray]:
         """(bytes, (measured - fitted) / fitted) of the points within the fit's range."""
         m = self.model
+        assert m is not None
         keep = (self.x >= m.bytes_min) & (self.x <= m.bytes_max)
         x, t = self.x[keep], self.t[keep]
         pred = self.fitted(x)
         return x, (t - pred) / pred
 
 
-def curves(runs: list[Run], cal=None) -> tuple[list[Curve], list[str]]:
+def curves(runs: list[Run], cal: Calibration | None = None) -> tuple[list[Curve], list[str]]:
     """Measured primitive-op series of `runs` (collective and suite step records, as `commbench
     fit` groups them; wrong > 0 left out) matched to `cal`'s series of the same key."""
     collected = collect([(r, []) for r in runs])
@@ -227,6 +233,12 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
     return rows, notes
 
 
+def role(pattern: str) -> Role | None:
+    """A point's pattern's role in a training step; None for a name the registry lacks."""
+    spec = patterns.PATTERNS.get(pattern)
+    return spec.role if spec is not None else None
+
+
 # ---- EP ------------------------------------------------------------------------------------
 @dataclass
 class EPLoad:
@@ -242,13 +254,13 @@ class EPLoad:
 
 
 def ep_loads(rows: list[PointRow]) -> list[EPLoad]:
-    """From each EP point record's meta (expert_load per expert; ranks own contiguous blocks
-    of E/ep experts, Megatron's local experts)."""
+    """From each point record whose meta carries an expert load (tokens per expert of an MoE
+    router; ranks own contiguous blocks of E/ep experts, Megatron's local experts)."""
     out = []
     for r in rows:
         meta = (r.record or {}).get("meta") or {}
         load = meta.get("expert_load")
-        if r.pattern != "ep" or not load:
+        if not load:
             continue
         ep = int(((r.record or {}).get("config") or {}).get("ep") or 1)
         per_rank = np.asarray(load).reshape(ep, -1).sum(axis=1).tolist() if ep > 1 else [sum(load)]

@@ -93,10 +93,12 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
     from commbench.traffic import patterns
 
     _layout, _model, options, program = patterns.rebuild(point)
-    steps = [s for s in program.steps if s.op == "p2p_schedule"]
-    if not steps:
+    for step in program.steps:
+        if step.schedule is not None:
+            sched = step.schedule
+            break
+    else:
         return None
-    sched = steps[0].schedule
     p, m = len(sched), options.micro_batches
     measured = point.get("time_us")
     measured_s = measured * 1e-6 if isinstance(measured, (int, float)) else None
@@ -109,7 +111,7 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
         msg = message_time(sched, measured_s)
         unit, note = "s", ""
     else:
-        sched = pp.schedule(p, m, steps[0].nbytes, 1.0, options.backward_factor)
+        sched = pp.schedule(p, m, step.nbytes, 1.0, options.backward_factor)
         msg, unit = 0.0, "forward"
         note = (
             "run without synthetic compute: passes drawn in units of one forward pass "

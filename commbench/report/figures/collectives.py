@@ -8,6 +8,8 @@ a fitted segment t = alpha + beta S is drawn over the sizes it was fitted on.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +26,9 @@ from commbench.report.figures import (
 from commbench.report.inputs import Curve
 from commbench.sizes import format_size
 from commbench.traffic.program import bus_factor
+
+if TYPE_CHECKING:
+    from commbench.calibration import Line, SeriesModel
 
 KEY_EXTRAS = ("dtype", "backend", "timing", "placement")
 
@@ -57,18 +62,18 @@ def _grid(ax) -> None:
     ax.grid(True, which="minor", axis="x", alpha=0.15)
 
 
-def _model_lines(c: Curve, n: int = 64):
-    """(bytes, seconds) of each fitted segment over its own size range."""
-    for seg in c.model.segments:
+def _model_lines(model: SeriesModel, n: int = 64) -> Iterator[tuple[Line, np.ndarray, np.ndarray]]:
+    """(segment, bytes, seconds) of each fitted segment over its own size range."""
+    for seg in model.segments:
         lo, hi = max(seg.bytes_min, 1), max(seg.bytes_max, 1)
         xs = np.geomspace(lo, hi, n) if hi > lo else np.array([lo, lo])
         yield seg, xs, seg.alpha_s + seg.beta_s_per_byte * xs
 
 
-def _breaks(c: Curve) -> list[float]:
+def _breaks(model: SeriesModel) -> list[float]:
     """Breakpoints between segments: the geometric mean of the neighbouring sizes (where
     predict() switches lines)."""
-    segs = c.model.segments
+    segs = model.segments
     return [math.sqrt(max(a.bytes_max, 1) * max(b.bytes_min, 1)) for a, b in zip(segs, segs[1:])]
 
 
@@ -89,7 +94,7 @@ def bandwidth(op: str, curves: list[Curve]) -> Figure:
         xs, ts = _medians(c.x, c.t)
         ax.plot(xs, xs / ts / 1e9 * f, color=col, lw=1.2, alpha=0.8, zorder=3)
         if c.model is not None:
-            for _seg, mx, mt in _model_lines(c):
+            for _seg, mx, mt in _model_lines(c.model):
                 ax.plot(mx, mx / mt / 1e9 * f, color=col, lw=2.0, ls="--", zorder=4)
         handles.append(Line2D([], [], color=col, marker="o", ms=5, lw=1.2, label=label))
     fitted = sum(c.model is not None for c in curves)
@@ -139,9 +144,9 @@ def latency(op: str, curves: list[Curve]) -> Figure:
     for c, label, col in zip(curves, labels, colors):
         ax.scatter(c.x, c.t * 1e6, s=16, color=col, alpha=0.6, linewidths=0, zorder=3)
         if c.model is not None:
-            for _seg, mx, mt in _model_lines(c):
+            for _seg, mx, mt in _model_lines(c.model):
                 ax.plot(mx, mt * 1e6, color=col, lw=2.0, zorder=4)
-            for b in _breaks(c):
+            for b in _breaks(c.model):
                 nbreaks += 1
                 ax.axvline(b, color=col, lw=1.0, ls=":", zorder=2)
                 ax.plot([b], [c.fitted(b)[0] * 1e6], marker="D", ms=6, color=col, mec="k", zorder=5)

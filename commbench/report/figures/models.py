@@ -88,6 +88,7 @@ def plan_top(plan: Plan, name: str, top: int = 10) -> Figure:
     s for steps of seconds);
     a black tick at step_s when the plan gives it."""
     plt = setup()
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -121,7 +122,7 @@ def plan_top(plan: Plan, name: str, top: int = 10) -> Figure:
     ax.invert_yaxis()
     ax.set_xlabel(f"time per training step ({unit})")
     ax.grid(False, axis="y")
-    handles = [Patch(color=cols[p], label=p) for p in parts]
+    handles: list[Artist] = [Patch(color=cols[p], label=p) for p in parts]
     if steps:
         handles.append(Line2D([], [], color="k", lw=2, label="step time (plan)"))
     legend_outside(ax, handles=handles)

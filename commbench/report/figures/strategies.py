@@ -8,11 +8,17 @@ from __future__ import annotations
 import numpy as np
 
 from commbench.report.figures import WIDTH, Figure, legend_outside, palette, render, setup
-from commbench.report.inputs import EPLoad, PointRow
+from commbench.report.inputs import EPLoad, PointRow, role
 from commbench.report.timeline import Timeline
+from commbench.traffic.patterns import PATTERNS, Role
 
-# the collectives pattern is a sweep of primitive ops, drawn by the collectives figures
-STRATEGY_ORDER = ("tp", "cp", "pp", "ep", "dp", "zero")
+
+def strategy_order() -> list[str]:
+    """The strategies in the order of a training step (in-layer, pipeline, gradient), each
+    role's in registry order; a sweep of primitive ops is drawn by the collectives figures."""
+    roles = list(Role)
+    steps = [s for s in PATTERNS.values() if s.role is not Role.SWEEP]
+    return [s.name for s in sorted(steps, key=lambda s: roles.index(s.role))]
 
 
 def _unit(us_max: float) -> tuple[float, str]:
@@ -26,13 +32,10 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
     plt = setup()
     from matplotlib.patches import Patch
 
+    order = strategy_order()
     pats = sorted(
         {r.pattern for r in rows},
-        key=lambda p: (
-            p not in STRATEGY_ORDER,
-            STRATEGY_ORDER.index(p) if p in STRATEGY_ORDER else 0,
-            p,
-        ),
+        key=lambda p: (p not in order, order.index(p) if p in order else 0, p),
     )
     keys = sorted({k for r in rows for k in r.breakdown})
     colors = dict(zip(keys, palette(len(keys))))
@@ -68,7 +71,7 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
         ax.invert_yaxis()
         ax.set_xlim(0, max(left.max(), 1e-9) * 1.28)
         title = f"{pat}: communication per training step"
-        if pat == "pp":
+        if role(pat) is Role.PIPELINE:
             title += " (p2p schedule time includes its synthetic compute)"
         ax.set_title(title, loc="left", fontsize=11)
         ax.set_xlabel(f"time per step ({unit})")
@@ -194,7 +197,7 @@ def pp_timeline(tl: Timeline, name: str) -> Figure:
             Patch(color="0.88", label="idle (bubble)"),
         ],
     )
-    if tl.unit == "s":
+    if tl.unit == "s" and tl.measured_s is not None:
         how = (
             f"compute per pass from the run's synthetic compute; message time {tl.message_s * 1e3:.3g} ms "
             f"chosen so the replay lasts the measured {tl.measured_s * 1e3:.3g} ms"

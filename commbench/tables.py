@@ -1,0 +1,191 @@
+"""Tables described once and rendered twice: a description is columns (header, unit, width,
+format) and a caption; rank 0's console prints it fixed-width in the nccl-tests spirit (`#`
+header lines), the report as HTML. Also the descriptions both `commbench fit` and the report
+print: the series fits and the link table of a calibration.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from commbench.sizes import format_size
+
+Format = str | Callable[[Any], str]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: header, unit line, width (console) and a format for values (a format
+    spec, or a function of the value); no value (None or "") reads "-"."""
+
+    header: str
+    unit: str = ""
+    width: int = 0
+    fmt: Format = ""
+
+    @property
+    def title(self) -> str:
+        """Header and unit on one line, as the HTML table heads a column."""
+        return f"{self.header} {self.unit}" if self.unit else self.header
+
+    def text(self, value: Any) -> str:
+        if value is None or value == "":
+            return "-"
+        if callable(self.fmt):
+            return self.fmt(value)
+        return format(value, self.fmt) if self.fmt else str(value)
+
+    def cell(self, value: Any) -> str:
+        return self.text(value).rjust(self.width)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table's description: its columns, and a caption saying what the numbers are."""
+
+    columns: tuple[Column, ...]
+    caption: str = ""
+
+
+class Table:
+    """Prints a header once, then one row per call, flushing so progress shows live."""
+
+    def __init__(self, columns: Sequence[Column], out: TextIO | None = None) -> None:
+        self.columns = columns
+        self.out = out or sys.stdout
+        self._started = False
+
+    def header(self) -> None:
+        self.out.write("#" + " ".join(c.header.rjust(c.width) for c in self.columns)[1:] + "\n")
+        self.out.write("#" + " ".join(c.unit.rjust(c.width) for c in self.columns)[1:] + "\n")
+        self._started = True
+
+    def row(self, *values: Any) -> None:
+        if not self._started:
+            self.header()
+        self.out.write(" ".join(c.cell(v) for c, v in zip(self.columns, values)) + "\n")
+        self.out.flush()
+
+    def note(self, text: str) -> None:
+        self.out.write(f"# {text}\n")
+        self.out.flush()
+
+
+# ---- a calibration's tables, printed by `commbench fit` and drawn by the report ---------------
+SERIES = TableSpec(
+    (
+        Column("op", "", 14),
+        Column("p", "", 4),
+        Column("link", "", 5),
+        Column("dtype", "", 8),
+        Column("backend", "", 7),
+        Column("timing", "", 13),
+        Column("seg", "", 3),
+        Column("bytes", "(range)", 19),
+        Column("alpha", "(us)", 9, ".2f"),
+        Column("alpha95", "(us)", 17),
+        Column("algbw", "(GB/s)", 8, ".3g"),
+        Column("busbw", "(GB/s)", 8, ".3g"),
+        Column("R2", "log", 6, ".3f"),
+        Column("err", "med", 6, ".1%"),
+        Column("err", "max", 6, ".1%"),
+        Column("loso", "med", 6, ".1%"),
+        Column("pts", "", 4),
+        Column("out", "", 4),
+    ),
+    "series fits: time = alpha + beta*bytes per segment; bw = 1/beta (GB/s = 1e9 B/s); "
+    "err = |pred-t|/t (median, max of kept points); loso = leave-one-size-out median",
+)
+
+
+def series_rows(series: list[dict]) -> list[list]:
+    """One SERIES row per segment of a calibration's series; an in-place series' op reads
+    `op(in)`. Fields only a measured fit has (errors, intervals) read "-" when absent."""
+    rows = []
+    for row in series:
+        op = row["op"] + ("" if row["placement"] == "out-of-place" else "(in)")
+        for k, s in enumerate(row["segments"]):
+            ci = s.get("alpha_ci95")
+            rows.append(
+                [
+                    op,
+                    row["group_size"],
+                    row["link_class"],
+                    row["dtype"],
+                    row["backend"],
+                    row["timing"],
+                    k + 1,
+                    f"{format_size(s['bytes_min'])}..{format_size(s['bytes_max'])}",
+                    s["alpha_s"] * 1e6,
+                    f"{ci[0] * 1e6:.2f}..{ci[1] * 1e6:.2f}" if ci else None,
+                    s.get("algbw_GBps"),
+                    s.get("busbw_GBps"),
+                    s.get("r2_log"),
+                    s.get("median_rel_err"),
+                    s.get("max_rel_err"),
+                    s.get("loso_median_rel_err"),
+                    s.get("points"),
+                    s.get("outliers"),
+                ]
+            )
+    return rows
+
+
+LINKS = TableSpec(
+    (
+        Column("backend", "", 8),
+        Column("link", "", 5),
+        Column("timing", "", 13),
+        Column("model", "", 12),
+        Column("alpha", "(us)", 9, ".2f"),
+        Column("busbw", "(GB/s)", 9, ".3g"),
+        Column("err", "med", 6, ".1%"),
+        Column("err", "max", 7, ".1%"),
+        Column("R2", "log", 6, ".3f"),
+        Column("pts", "", 5),
+        Column("best", "", 4),
+    ),
+    "link table: one (alpha, beta) per link, jointly over ops and group sizes; "
+    "time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005); busbw = 1/beta",
+)
+LINK_LEGEND = (
+    "best: * (= ties within 1%; the first of ring, tree, rabenseifner, pairwise wins a tie); "
+    "group sizes and ops per link:"
+)
+
+
+def link_rows(link_table: list[dict]) -> list[list]:
+    """One LINKS row per algorithm model of each link of a calibration's link table, the best
+    marked * and its ties =; a reference's models lack the fit's errors (read "-")."""
+    rows = []
+    for e in link_table:
+        for name, m in e["models"].items():
+            mark = "*" if name == e["best_model"] else ("=" if name in e.get("ties", []) else "")
+            rows.append(
+                [
+                    e["backend"],
+                    e["link_class"],
+                    e["timing"],
+                    name,
+                    m["alpha_s"] * 1e6,
+                    m.get("busbw_GBps"),  # None: beta 0 (flat or falling times)
+                    m.get("median_rel_err"),
+                    m.get("max_rel_err"),
+                    m.get("r2_log"),
+                    m.get("points"),
+                    mark,
+                ]
+            )
+    return rows
+
+
+def link_notes(link_table: list[dict]) -> list[str]:
+    """Per link: the group sizes and ops it was fitted over, and its note."""
+    return [
+        f"{e['backend']}/{e['link_class']}/{e['timing']}: p = {e.get('group_sizes', [])}, ops = "
+        f"{', '.join(e.get('ops', []))}" + (f" ({e['note']})" if e.get("note") else "")
+        for e in link_table
+    ]
