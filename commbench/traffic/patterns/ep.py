@@ -153,7 +153,7 @@ def point_facts(meta: dict, time_s: float) -> list[Fact]:
     """How uneven the routed load was: tokens per expert max/mean after capacity, before it
     (the router's), and the share dropped by the capacity factor."""
     return [
-        Fact("imbalance", "imbalance max/mean", meta["imbalance"]),
-        Fact("router_imbalance", "router imbalance", meta["router_imbalance"]),
-        Fact("dropped_fraction", "dropped", meta["dropped_fraction"]),
+        Fact("imbalance", "imbalance max/mean", meta["imbalance"], ".2f"),
+        Fact("router_imbalance", "router imbalance", meta["router_imbalance"], ".2f"),
+        Fact("dropped_fraction", "dropped", meta["dropped_fraction"], ".1%"),
     ]

@@ -175,6 +175,6 @@ def point_facts(meta: dict, time_s: float) -> list[Fact]:
     measured = max(0.0, 1 - compute / time_s) if time_s > 0 else 0.0
     return [
         Fact("synthetic_compute_ms", "time includes synthetic compute (ms)", compute * 1e3),
-        Fact("bubble_measured", "bubble measured", measured),
-        Fact("bubble_theory", "bubble (p-1)/(m+p-1)", meta["bubble_fraction"]),
+        Fact("bubble_measured", "bubble measured", measured, ".1%"),
+        Fact("bubble_theory", "bubble (p-1)/(m+p-1)", meta["bubble_fraction"], ".1%"),
     ]
