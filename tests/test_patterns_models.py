@@ -4,7 +4,7 @@ Korthikanti et al. 2022 (Table 2)."""
 import pytest
 
 from commbench.errors import UsageError
-from commbench.traffic.models import (
+from commbench.traffic.model import (
     ADAM_BYTES_PER_PARAM,
     PRESETS,
     ModelShape,

@@ -14,7 +14,7 @@ from commbench.results.rundir import MEASURED_FIELDS, read_run
 from commbench.traffic import patterns
 from commbench.traffic.execution import fit_budget, plan
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import get_model
+from commbench.traffic.model import get_model
 from commbench.traffic.program import Step
 from commbench.traffic.suitefile import (
     Overrides,

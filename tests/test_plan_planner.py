@@ -23,7 +23,7 @@ from commbench.plan import (
     parse_config,
     plan,
 )
-from commbench.traffic import models
+from commbench.traffic import model as models
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns import pp as pp_pattern
 from commbench.traffic.program import Program, Step

@@ -18,7 +18,7 @@ from commbench.report.inputs import PointRow, ep_loads, load_plan
 from commbench.report.timeline import replay, timeline
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import get_model
+from commbench.traffic.model import get_model
 from commbench.traffic.patterns import pp
 
 

@@ -40,7 +40,7 @@ def patterns_() -> list[str]:
 
 
 def models() -> list[str]:
-    from commbench.traffic.models import PRESETS, kv_cache_bytes_per_token
+    from commbench.traffic.model import PRESETS, kv_cache_bytes_per_token
 
     lines = [
         "# model presets (params derived from the shape; --model NAME[:key=value,...])",

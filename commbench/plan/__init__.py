@@ -46,7 +46,7 @@ from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout, host_map
-from commbench.traffic.models import (
+from commbench.traffic.model import (
     ModelShape,
     activation_bytes_per_layer,
     kv_cache_bytes,

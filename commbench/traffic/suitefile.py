@@ -21,7 +21,7 @@ from commbench.errors import UsageError
 from commbench.sizes import parse_size
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
-from commbench.traffic.models import ModelShape, get_model
+from commbench.traffic.model import ModelShape, get_model
 from commbench.traffic.patterns.base import field_path, violations
 from commbench.traffic.program import Program
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
 from commbench.traffic.patterns.base import (
     Fact,

@@ -19,7 +19,7 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.sizes import parse_size
 from commbench.traffic.layout import GroupInfo, ParallelLayout, sweep_mesh
-from commbench.traffic.models import ModelShape
+from commbench.traffic.model import ModelShape
 from commbench.traffic.program import canonical_dtype, dtype_size
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check, check_choice
 from commbench.traffic.program import Program, Step
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check
 from commbench.traffic.program import Action, Program, Step
 

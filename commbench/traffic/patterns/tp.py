@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, check
 from commbench.traffic.program import Program, Step
 
