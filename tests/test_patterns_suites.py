@@ -158,6 +158,14 @@ def test_degree_specs():
         ("runs: [{pattern: tp, models: [llama-7b]]", r"not valid YAML at line 1"),
         ("[1, 2]", r"s.yaml: expected a mapping"),
         ("description: nothing", r"no runs"),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], order: tp-cp-dp-pp}]",
+            r"runs\[0\].order: 'tp-cp-dp-pp' is not a permutation of tp-cp-ep-dp-pp",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], order: [tp, cp, ep, dp, pp]}]",
+            r"runs\[0\].order: \['tp', 'cp', 'ep', 'dp', 'pp'\] is not a permutation",
+        ),
     ],
 )
 def test_suite_file_errors_name_the_field(tmp_path, text, message):

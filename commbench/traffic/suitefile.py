@@ -20,13 +20,13 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.sizes import parse_size
 from commbench.traffic import patterns
-from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
+from commbench.traffic.layout import DEFAULT_ORDER, Axis, ParallelLayout, parse_order
 from commbench.traffic.model import ModelShape, get_model
 from commbench.traffic.patterns.base import field_path, violations
 from commbench.traffic.program import Program
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
-DEGREE_AXES = ("tp", "cp", "pp", "ep")
+DEGREE_AXES = (Axis.TP, Axis.CP, Axis.PP, Axis.EP)
 SUITE_KEYS = ("description", "timing", "max_bytes", "include", "runs", "quick")
 RUN_KEYS = ("pattern", "name", "models", "degrees", "options", "sweep", "order", "quick")
 TIMING_KEYS = {"budget": float, "iters": int, "warmup": int, "min_iters": int, "max_iters": int}
@@ -107,7 +107,7 @@ class RunSpec:
     degrees: dict[str, DegreeSpec]
     options: dict[str, Any]
     sweep: dict[str, tuple]
-    order: tuple[str, ...]
+    order: tuple[Axis, ...]
     timing: dict[str, Any]
     max_bytes: int | None
 
@@ -240,9 +240,9 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         raise UsageError(f"{where}.models: pattern {spec.name} takes no models")
     degrees = {}
     for axis, value in _mapping(
-        raw.get("degrees") or {}, f"{where}.degrees", DEGREE_AXES + ("dp",)
+        raw.get("degrees") or {}, f"{where}.degrees", DEGREE_AXES + (Axis.DP,)
     ).items():
-        if axis == "dp":
+        if axis == Axis.DP:
             raise UsageError(f"{where}.degrees.dp: dp is derived as world / (tp*cp*pp)")
         if spec.axis is None:
             raise UsageError(f"{where}.degrees: pattern {spec.name} takes no degrees")
@@ -258,9 +258,7 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         for v in values:
             patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
         sweep[key] = tuple(values)
-    order = raw.get("order", "-".join(DEFAULT_ORDER))
-    if not isinstance(order, str) or sorted(order.split("-")) != sorted(DEFAULT_ORDER):
-        raise UsageError(f"{where}.order: {order!r} is not a permutation of tp-cp-ep-dp-pp")
+    order = parse_order(raw.get("order", DEFAULT_ORDER), f"{where}.order:")
     name = raw.get("name", spec.name)
     if not isinstance(name, str):
         raise UsageError(f"{where}.name: expected a string")
@@ -272,7 +270,7 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         degrees,
         dict(options),
         sweep,
-        tuple(order.split("-")),
+        order,
         timing,
         max_bytes,
     )
@@ -331,7 +329,7 @@ class Overrides:
     models: tuple[ModelShape, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     degrees: dict[str, DegreeSpec] = field(default_factory=dict)
-    order: tuple[str, ...] | None = None
+    order: tuple[Axis, ...] | None = None
 
 
 def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
@@ -435,31 +433,33 @@ def _layouts(run: RunSpec, model: ModelShape | None, world: int, opts: Any) -> l
         d = dict(zip(DEGREE_AXES, values))
         explicit = [a for a in DEGREE_AXES if specs[a].explicit and a in run.degrees]
         fixed = all(specs[a].explicit for a in DEGREE_AXES)
-        prod = d["tp"] * d["cp"] * d["pp"]
+        prod = d[Axis.TP] * d[Axis.CP] * d[Axis.PP]
         if world % prod:
             exp_prod = 1
-            for a in ("tp", "cp", "pp"):
+            for a in (Axis.TP, Axis.CP, Axis.PP):
                 if specs[a].explicit:
                     exp_prod *= d[a]
             if world % exp_prod or fixed:
                 raise _explicit_error(
                     run,
-                    [a for a in ("tp", "cp", "pp") if a in explicit] or ["tp"],
-                    f"tp*cp*pp = {d['tp']}*{d['cp']}*{d['pp']} = {prod} does not divide the "
+                    [a for a in (Axis.TP, Axis.CP, Axis.PP) if a in explicit] or [Axis.TP],
+                    f"tp*cp*pp = {d[Axis.TP]}*{d[Axis.CP]}*{d[Axis.PP]} = {prod} does not divide the "
                     f"world size {world}",
                 )
             continue
         dp = world // prod
-        if (d["cp"] * dp) % d["ep"]:
+        if (d[Axis.CP] * dp) % d[Axis.EP]:
             if fixed:
                 raise _explicit_error(
                     run,
-                    ["ep"],
-                    f"ep={d['ep']} does not divide cp*dp = {d['cp'] * dp} on a world of {world}",
+                    [Axis.EP],
+                    f"ep={d[Axis.EP]} does not divide cp*dp = {d[Axis.CP] * dp} on a world of {world}",
                 )
             continue
         if model is not None:
-            layout = ParallelLayout(world, tp=d["tp"], cp=d["cp"], ep=d["ep"], pp=d["pp"])
+            layout = ParallelLayout(
+                world, tp=d[Axis.TP], cp=d[Axis.CP], ep=d[Axis.EP], pp=d[Axis.PP]
+            )
             bad = [(a, msg) for a, msg in violations(layout, model, seq, sp)]
             hard = [(a, msg) for a, msg in bad if specs[a].explicit]
             if hard and (fixed or all(specs[a].explicit for a, _ in bad)):

@@ -16,7 +16,6 @@ from commbench.traffic.patterns.base import TrafficOptions, check_choice, sweep_
 from commbench.traffic.program import OPS, Program, Step, canonical_dtype, op_spec, round_bytes
 
 NAME = "collectives"
-AXIS = None
 PLACEMENTS = ("contiguous", "strided")
 DEFAULT_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
 
