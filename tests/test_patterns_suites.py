@@ -15,11 +15,11 @@ from commbench.traffic import patterns
 from commbench.traffic.execution import fit_budget, plan
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import get_model
+from commbench.traffic.points import expand
 from commbench.traffic.program import Step
 from commbench.traffic.suitefile import (
     Overrides,
     apply_overrides,
-    expand,
     load_suite,
     parse_degree,
     suite_names,
