@@ -57,7 +57,7 @@ class SeriesModel:
         return self.bytes_min <= nbytes <= self.bytes_max
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LinkModel:
     backend: str
     link_class: str
@@ -72,7 +72,7 @@ class LinkModel:
         return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prediction:
     """A predicted time and how it was obtained."""
 
@@ -125,14 +125,14 @@ class Calibration:
             m = e["models"][e["best_model"]]
             self.links.append(
                 LinkModel(
-                    e["backend"],
-                    e["link_class"],
-                    e["timing"],
-                    e["best_model"],
-                    m["alpha_s"],
-                    m["beta_s_per_byte"],
-                    tuple(e.get("group_sizes", ())),
-                    e.get("note"),
+                    backend=e["backend"],
+                    link_class=e["link_class"],
+                    timing=e["timing"],
+                    best_model=e["best_model"],
+                    alpha_s=m["alpha_s"],
+                    beta_s_per_byte=m["beta_s_per_byte"],
+                    group_sizes=tuple(e.get("group_sizes", ())),
+                    note=e.get("note"),
                 )
             )
 
@@ -239,7 +239,7 @@ class Calibration:
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
             raise UsageError(f"group_size must be a positive integer, got {group_size!r}")
         if group_size == 1:
-            return Prediction(0.0, "group of 1: no communication", kind=self.kind)
+            return Prediction(seconds=0.0, method="group of 1: no communication", kind=self.kind)
         dtype = canonical_dtype_name(dtype) if dtype else None
         want = (
             f"{op} of {format_size(nbytes)} on {link_class} links, group size {group_size}"
@@ -274,7 +274,9 @@ class Calibration:
         if exact:
             s = exact[0]
             if s.covers(nbytes):
-                return Prediction(s.at(nbytes), "measured segment", False, s.key, kind=self.kind)
+                return Prediction(
+                    seconds=s.at(nbytes), method="measured segment", series=s.key, kind=self.kind
+                )
             if not extrapolate:
                 raise UsageError(
                     f"{want}: {format_size(nbytes)} is outside the measured sizes "
@@ -282,10 +284,10 @@ class Calibration:
                     f"in {self.source} (pass extrapolate=True to use the nearest segment)"
                 )
             return Prediction(
-                s.at(nbytes),
-                "nearest segment (bytes outside the measured range)",
-                True,
-                s.key,
+                seconds=s.at(nbytes),
+                method="nearest segment (bytes outside the measured range)",
+                extrapolated=True,
+                series=s.key,
                 kind=self.kind,
             )
         reference = self.kind == "reference"
@@ -329,10 +331,10 @@ class Calibration:
             s = min(same_p, key=lambda s: DTYPE_SIZES.get(s.key.dtype, -1) != size)
             where = "" if s.covers(nbytes) else ", nearest segment"
             return Prediction(
-                s.at(nbytes),
-                f"dtype {s.key.dtype} measured, priced by bytes{where}",
-                True,
-                s.key,
+                seconds=s.at(nbytes),
+                method=f"dtype {s.key.dtype} measured, priced by bytes{where}",
+                extrapolated=True,
+                series=s.key,
                 kind=kind,
             )
         if op not in MODELLED_OPS:
@@ -352,11 +354,11 @@ class Calibration:
                 target = link.time(op, p, nbytes)
                 if base > 0:
                     return Prediction(
-                        s.at(nbytes) * target / base,
-                        f"scaled from group size {q} by the {link.best_model} model",
-                        True,
-                        s.key,
-                        link.best_model,
+                        seconds=s.at(nbytes) * target / base,
+                        method=f"scaled from group size {q} by the {link.best_model} model",
+                        extrapolated=True,
+                        series=s.key,
+                        model=link.best_model,
                         kind=kind,
                         notes=[link.note] if link.note else [],
                     )
@@ -368,11 +370,10 @@ class Calibration:
                 "no link model to extrapolate from"
             )
         return Prediction(  # (4) the link model itself
-            link.time(op, p, nbytes),
-            f"{'reference' if kind == 'reference' else 'link'} {link.best_model} model",
-            kind != "reference",
-            None,
-            link.best_model,
+            seconds=link.time(op, p, nbytes),
+            method=f"{'reference' if kind == 'reference' else 'link'} {link.best_model} model",
+            extrapolated=kind != "reference",
+            model=link.best_model,
             kind=kind,
             notes=[link.note] if link.note else [],
         )

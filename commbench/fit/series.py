@@ -45,7 +45,7 @@ from commbench.fit.segments import (
 from commbench.fit.wls import TINY, median, robust_weights, solve
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FitOptions:
     """Knobs of the series fit; the defaults are what `commbench fit` uses."""
 
@@ -64,7 +64,7 @@ class FitOptions:
         return dict(self.__dict__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Segment:
     """One alpha-beta line over the measured sizes [bytes_min, bytes_max], with diagnostics."""
 

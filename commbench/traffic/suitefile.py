@@ -95,7 +95,7 @@ def parse_degree(value: Any, where: str) -> DegreeSpec:
 
 
 # ---- runs and suites ----
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class RunSpec:
     """One validated `runs:` entry of a suite file."""
 
@@ -262,16 +262,16 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
     if not isinstance(name, str):
         raise UsageError(f"{where}.name: expected a string")
     return RunSpec(
-        where,
-        spec.name,
-        name,
-        models,
-        degrees,
-        dict(options),
-        sweep,
-        order,
-        timing,
-        max_bytes,
+        where=where,
+        pattern=spec.name,
+        name=name,
+        models=models,
+        degrees=degrees,
+        options=dict(options),
+        sweep=sweep,
+        order=order,
+        timing=timing,
+        max_bytes=max_bytes,
     )
 
 
