@@ -27,7 +27,7 @@ from commbench.errors import UsageError
 from commbench.fit.collect import FIT_FIELDS, collect
 from commbench.results.rundir import Run, _check_record
 from commbench.traffic import patterns
-from commbench.traffic.models import ModelShape
+from commbench.traffic.model import ModelShape
 from commbench.traffic.program import OPS
 from commbench.traffic.suitefile import DEGREE_AXES, RUN_KEYS, SUITE_KEYS
 
@@ -250,7 +250,8 @@ def read_suite(path: Path) -> None:
     """load_suite (plain and --quick), then expand on 2, 4 and 8 ranks, plan and dry-run each:
     a UsageError anywhere is fine, anything else is a crash."""
     from commbench.commands.suite import dry_run
-    from commbench.traffic.suitefile import expand, load_suite
+    from commbench.traffic.points import expand
+    from commbench.traffic.suitefile import load_suite
 
     for quick in (False, True):
         try:

@@ -170,10 +170,25 @@ def test_scaling_times_scales_alpha_and_beta(k, seed, two):
 
 
 def test_predict_segments_inside_gap_and_outside():
-    segs = [
-        Segment(8, 1024, 1e-5, 1e-9, 5, 5, 0, None, 0, 0, None, None, None, None),
-        Segment(4096, 65536, 5e-5, 1e-10, 5, 5, 0, None, 0, 0, None, None, None, None),
-    ]
+    def seg(lo: int, hi: int, alpha: float, beta: float) -> Segment:
+        return Segment(
+            bytes_min=lo,
+            bytes_max=hi,
+            alpha_s=alpha,
+            beta_s_per_byte=beta,
+            points=5,
+            sizes=5,
+            outliers=0,
+            r2_log=None,
+            median_rel_err=0,
+            max_rel_err=0,
+            loso_median_rel_err=None,
+            loso_max_rel_err=None,
+            alpha_ci95=None,
+            beta_ci95=None,
+        )
+
+    segs = [seg(8, 1024, 1e-5, 1e-9), seg(4096, 65536, 5e-5, 1e-10)]
     assert predict_segments(segs, 512) == pytest.approx(1e-5 + 512e-9)
     assert predict_segments(segs, 8192) == pytest.approx(5e-5 + 8192e-10)
     # the gap 1024..4096 is cut at the geometric mean 2048

@@ -1,7 +1,15 @@
 import pytest
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import Mesh, ParallelLayout, host_map, sweep_mesh
+from commbench.traffic.layout import (
+    DEFAULT_ORDER,
+    Axis,
+    Mesh,
+    ParallelLayout,
+    host_map,
+    parse_order,
+    sweep_mesh,
+)
 
 
 def test_megatron_order_example():
@@ -54,3 +62,27 @@ def test_sweep_mesh_placements():
 def test_mesh_unknown_axis():
     with pytest.raises(UsageError, match="unknown axis"):
         Mesh(("a",), (2,)).groups("b")
+
+
+def test_parse_order_is_the_one_permutation_check():
+    assert parse_order("pp-tp-cp-ep-dp", "--order") == (Axis.PP, Axis.TP, Axis.CP, Axis.EP, Axis.DP)
+    assert parse_order(("tp", "cp", "ep", "dp", "pp"), "order") == DEFAULT_ORDER
+    assert DEFAULT_ORDER == ("tp", "cp", "ep", "dp", "pp")  # members equal their strings
+    for bad in (
+        "tp-cp-ep-dp",
+        "tp-cp-ep-dp-pp-tp",
+        "tp-cp-ep-dp-xx",
+        ["tp", "cp", "ep", "dp", "pp"],
+    ):
+        with pytest.raises(UsageError, match="is not a permutation of tp-cp-ep-dp-pp"):
+            parse_order(bad, "--order")
+    with pytest.raises(
+        UsageError, match=r"^--order 'tp-cp' is not a permutation of tp-cp-ep-dp-pp$"
+    ):
+        parse_order("tp-cp", "--order")
+    with pytest.raises(UsageError, match=r"^order 'tp-cp-dp-pp' is not a permutation"):
+        ParallelLayout(8, order=("tp", "cp", "dp", "pp"))
+    lay = ParallelLayout(8, tp=2, order=("pp", "tp", "cp", "ep", "dp"))
+    assert lay.order == (Axis.PP, Axis.TP, Axis.CP, Axis.EP, Axis.DP)
+    assert lay.dense.axes == (Axis.PP, Axis.TP, Axis.CP, Axis.DP)
+    assert lay.groups("tp")[0] == (0, 1)  # pp has degree 1, so tp stays contiguous

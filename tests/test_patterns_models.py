@@ -1,21 +1,18 @@
-"""Model presets and memory arithmetic against published shapes, DESIGN.md section 5 and
-Korthikanti et al. 2022 (Table 2)."""
+"""Model presets and memory arithmetic against published shapes (HF config.json), the ZeRO
+paper's K = 12 (Rajbhandari et al. 2020) and Korthikanti et al. 2022 (Table 2)."""
 
 import pytest
 
 from commbench.errors import UsageError
-from commbench.traffic.models import (
+from commbench.traffic.memory import (
     ADAM_BYTES_PER_PARAM,
-    PRESETS,
-    ModelShape,
     activation_bytes,
     activation_bytes_per_layer,
-    get_model,
     kv_cache_bytes,
     kv_cache_bytes_per_token,
-    parse_model_arg,
     training_memory,
 )
+from commbench.traffic.model import PRESETS, ModelShape, get_model, parse_model_arg
 
 KiB, GiB = 1 << 10, 1 << 30
 

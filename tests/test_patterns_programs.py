@@ -9,7 +9,7 @@ import pytest
 from commbench.errors import UsageError
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout, host_map
-from commbench.traffic.models import ModelShape, get_model
+from commbench.traffic.model import ModelShape, get_model
 from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
 from commbench.traffic.patterns.base import buckets, resolve_axis
 from commbench.traffic.program import bus_factor

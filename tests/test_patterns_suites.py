@@ -14,12 +14,12 @@ from commbench.results.rundir import MEASURED_FIELDS, read_run
 from commbench.traffic import patterns
 from commbench.traffic.execution import fit_budget, plan
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import get_model
+from commbench.traffic.model import get_model
+from commbench.traffic.points import expand
 from commbench.traffic.program import Step
 from commbench.traffic.suitefile import (
     Overrides,
     apply_overrides,
-    expand,
     load_suite,
     parse_degree,
     suite_names,
@@ -158,6 +158,14 @@ def test_degree_specs():
         ("runs: [{pattern: tp, models: [llama-7b]]", r"not valid YAML at line 1"),
         ("[1, 2]", r"s.yaml: expected a mapping"),
         ("description: nothing", r"no runs"),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], order: tp-cp-dp-pp}]",
+            r"runs\[0\].order: 'tp-cp-dp-pp' is not a permutation of tp-cp-ep-dp-pp",
+        ),
+        (
+            "runs: [{pattern: tp, models: [llama-7b], order: [tp, cp, ep, dp, pp]}]",
+            r"runs\[0\].order: \['tp', 'cp', 'ep', 'dp', 'pp'\] is not a permutation",
+        ),
     ],
 )
 def test_suite_file_errors_name_the_field(tmp_path, text, message):

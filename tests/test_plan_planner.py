@@ -23,8 +23,9 @@ from commbench.plan import (
     parse_config,
     plan,
 )
-from commbench.traffic import models
+from commbench.traffic import model as models
 from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.memory import kv_cache_bytes_per_token
 from commbench.traffic.patterns import pp as pp_pattern
 from commbench.traffic.program import Program, Step
 
@@ -85,7 +86,7 @@ def test_memory_matches_design_section_5():
     z1 = memory(r, Config(1, 1, 1, 8, 1, 1, 1, 1))
     assert z1["weights"] == pytest.approx(2 * P) and z1["optimizer"] == pytest.approx(12 * P / 8)
     # KV cache: 2 L n_kv d_head x 2 bytes = 512 KiB per token; 32K tokens = 16 GiB
-    assert models.kv_cache_bytes_per_token(m) == 512 * KiB
+    assert kv_cache_bytes_per_token(m) == 512 * KiB
     inf = memory(req(mode="infer", seq_len=32768, global_batch=1), Config(1, 1, 1, 1, 1, 1, 1, 0))
     assert inf["kv_cache"] == 16 * GiB
     assert inf["weights"] == pytest.approx(2 * P, rel=1e-6)

@@ -26,7 +26,8 @@ from reliability import (
 )
 
 from commbench.traffic.execution import plan
-from commbench.traffic.suitefile import expand, load_suite
+from commbench.traffic.points import expand
+from commbench.traffic.suitefile import load_suite
 
 pytestmark = pytest.mark.mpi
 

@@ -19,7 +19,7 @@ from commbench.report.timeline import replay, timeline
 from commbench.tables import Column, TableSpec
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import get_model
+from commbench.traffic.model import get_model
 from commbench.traffic.patterns import pp
 
 

@@ -40,7 +40,8 @@ def patterns_() -> list[str]:
 
 
 def models() -> list[str]:
-    from commbench.traffic.models import PRESETS, kv_cache_bytes_per_token
+    from commbench.traffic.memory import kv_cache_bytes_per_token
+    from commbench.traffic.model import PRESETS
 
     lines = [
         "# model presets (params derived from the shape; --model NAME[:key=value,...])",

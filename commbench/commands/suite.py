@@ -84,11 +84,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     """The suite, its points on `world` ranks, and the per-rank byte budget."""
     from commbench.sizes import parse_size
-    from commbench.traffic.models import parse_model_arg
+    from commbench.traffic.model import parse_model_arg
+    from commbench.traffic.points import expand
     from commbench.traffic.suitefile import (
         Overrides,
         apply_overrides,
-        expand,
         load_suite,
         parse_assignments,
         parse_degree_flags,

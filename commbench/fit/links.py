@@ -15,7 +15,8 @@ import numpy as np
 
 from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
 from commbench.fit.collect import SeriesKey
-from commbench.fit.series import FitOptions, _robust_weights, _solve, _stats
+from commbench.fit.series import FitOptions
+from commbench.fit.wls import robust_weights, solve, stats
 
 # models whose median error is within this factor of the lowest are ties
 TIE = 1.01
@@ -97,10 +98,10 @@ def _fit_model(model, ops, ps, x, t, w0, opts: FitOptions):
     f2 = B * (x / x_scale) / ts
     w = w0.copy()
     for kind in ("huber", "tukey", "tukey") if opts.robust else ():
-        a, b, _ = _solve(*_stats(w, f1, f2))
+        a, b, _ = solve(*stats(w, f1, f2))
         r = 1.0 - (a * A + b * B * x / x_scale) / ts
-        w = np.where(w0 > 0, _robust_weights(r, kind, opts), 0.0)
-    a, b, _ = _solve(*_stats(w, f1, f2))
+        w = np.where(w0 > 0, robust_weights(r, kind, opts), 0.0)
+    a, b, _ = solve(*stats(w, f1, f2))
     pred = (a * A + b * B * x / x_scale) * t_scale
     rel = np.abs(pred - t) / t
     inl = w > 1e-12

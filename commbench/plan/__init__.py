@@ -8,7 +8,7 @@ transport or torch. For every split of the GPUs it
    group inside a node is `intra` and one across nodes `inter`);
 2. checks the degrees against the model (patterns.violations: heads, KV heads, MLP width,
    layers, experts, sequence) and the global batch against dp x micro-batch;
-3. checks per-GPU memory (models.training_memory: bf16 weights, gradients, Adam 12 bytes/param
+3. checks per-GPU memory (memory.training_memory: bf16 weights, gradients, Adam 12 bytes/param
    sharded by ZeRO stage as ZeRO does; activations after Korthikanti et al. 2022 for the
    micro-batches in flight under 1F1B, min(pp, m) on the first stage; inference: weights,
    KV cache 2 L n_kv d_head bytes/token and one layer's activations);
@@ -46,12 +46,8 @@ from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout, host_map
-from commbench.traffic.models import (
-    ModelShape,
-    activation_bytes_per_layer,
-    kv_cache_bytes,
-    training_memory,
-)
+from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes, training_memory
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import resolve_axis, violations
 from commbench.traffic.program import Program, dtype_size
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from math import prod
 
@@ -17,8 +18,34 @@ import numpy as np
 
 from commbench.errors import UsageError
 
-DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
-EXPERT_AXES = ("tp", "ep", "edp", "pp")
+
+class Axis(StrEnum):
+    """The axis names meshes and Steps use; members equal their strings, so records and suite
+    files spelling "tp" keep working."""
+
+    TP = "tp"  # tensor parallel
+    CP = "cp"  # context parallel
+    EP = "ep"  # expert parallel
+    DP = "dp"  # data parallel
+    PP = "pp"  # pipeline parallel
+    EDP = "edp"  # expert data parallel: replicas of each expert shard
+    GROUP = "group"  # a primitive sweep's group (sweep_mesh)
+    REST = "rest"  # the sweep mesh's other axis
+    WORLD = "world"  # every rank
+
+
+DEFAULT_ORDER = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
+EXPERT_AXES = (Axis.TP, Axis.EP, Axis.EDP, Axis.PP)
+
+
+def parse_order(value: object, where: str) -> tuple[Axis, ...]:
+    """An axis order, fastest-varying first: `tp-cp-ep-dp-pp` text or a tuple of names, a
+    permutation of DEFAULT_ORDER. `where` starts the error (`--order`, `FILE: runs[0].order:`)."""
+    names = tuple(value.split("-")) if isinstance(value, str) else value
+    if not isinstance(names, tuple) or sorted(map(str, names)) != sorted(DEFAULT_ORDER):
+        shown = "-".join(map(str, value)) if isinstance(value, tuple) else value
+        raise UsageError(f"{where} {shown!r} is not a permutation of {'-'.join(DEFAULT_ORDER)}")
+    return tuple(Axis(n) for n in names)
 
 
 @dataclass(frozen=True)
@@ -61,7 +88,7 @@ def host_map(
 class Mesh:
     """A rank grid: named axes, fastest-varying first (`("tp", "cp", "dp", "pp")`)."""
 
-    axes: tuple[str, ...]
+    axes: tuple[Axis, ...]
     dims: tuple[int, ...]
     nodes: tuple[int, ...] = ()  # node index per rank, empty = one node
 
@@ -124,9 +151,10 @@ class ParallelLayout:
     tp: int = 1
     cp: int = 1
     ep: int = 1
-    dp: int | None = None  # derived from the world when None
+    # None: derived from the world; an int once constructed, hence typed int
+    dp: int = None  # type: ignore[assignment]
     pp: int = 1
-    order: tuple[str, ...] = DEFAULT_ORDER
+    order: tuple[Axis, ...] = DEFAULT_ORDER  # text names are accepted and become Axis
     nodes: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -134,10 +162,7 @@ class ParallelLayout:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")
-        if sorted(self.order) != sorted(DEFAULT_ORDER):
-            raise UsageError(
-                f"order {'-'.join(self.order)!r} must be a permutation of {'-'.join(DEFAULT_ORDER)}"
-            )
+        object.__setattr__(self, "order", parse_order(tuple(self.order), "order"))
         model = self.tp * self.cp * self.pp
         if self.dp is None:
             if self.world % model:
@@ -155,8 +180,14 @@ class ParallelLayout:
             raise UsageError(f"ep={self.ep} must divide cp*dp = {self.cp * self.dp}")
 
     @property
-    def degrees(self) -> dict[str, int]:
-        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "dp": self.dp, "pp": self.pp}
+    def degrees(self) -> dict[Axis, int]:
+        return {
+            Axis.TP: self.tp,
+            Axis.CP: self.cp,
+            Axis.EP: self.ep,
+            Axis.DP: self.dp,
+            Axis.PP: self.pp,
+        }
 
     @property
     def edp(self) -> int:
@@ -174,18 +205,18 @@ class ParallelLayout:
     @cached_property
     def dense(self) -> Mesh:
         """The tp/cp/dp/pp mesh in the configured order (ep dropped: it is not a dense axis)."""
-        axes = tuple(a for a in self.order if a != "ep")
+        axes = tuple(a for a in self.order if a != Axis.EP)
         return Mesh(axes, tuple(self.degrees[a] for a in axes), self.nodes)
 
     @cached_property
     def expert(self) -> Mesh:
         """The tp/ep/edp/pp mesh that expert (MoE) traffic runs on."""
-        dims = {"tp": self.tp, "ep": self.ep, "edp": self.edp, "pp": self.pp}
+        dims = {Axis.TP: self.tp, Axis.EP: self.ep, Axis.EDP: self.edp, Axis.PP: self.pp}
         return Mesh(EXPERT_AXES, tuple(dims[a] for a in EXPERT_AXES), self.nodes)
 
     def info(self, axis: str) -> GroupInfo:
         """Groups of `axis`; `ep` and `edp` come from the expert mesh, the rest from the dense one."""
-        if any(a in ("ep", "edp") for a in axis.split("-")):
+        if any(a in (Axis.EP, Axis.EDP) for a in axis.split("-")):
             return self.expert.info(axis)
         return self.dense.info(axis)
 
@@ -201,7 +232,7 @@ def sweep_mesh(
         raise UsageError(f"group size {group_size} does not divide the world size {world}")
     rest = world // group_size
     if placement == "contiguous":
-        return Mesh(("group", "rest"), (group_size, rest), nodes)
+        return Mesh((Axis.GROUP, Axis.REST), (group_size, rest), nodes)
     if placement == "strided":
-        return Mesh(("rest", "group"), (rest, group_size), nodes)
+        return Mesh((Axis.REST, Axis.GROUP), (rest, group_size), nodes)
     raise UsageError(f"unknown placement {placement!r}: choose contiguous or strided")

@@ -6,13 +6,13 @@ A suite is YAML (commbench/traffic/suites/*.yaml, or any path): `description`, `
 divisor >= 2 of the world the model allows, `max` = the largest such, or {min, max}),
 fixed `options`, `sweep` (option: [values]) and an optional `quick` replacement. dp is
 always world / (tp cp pp), so one suite adapts to the world it runs on. Everything is
-validated before the first collective; errors name the file and field.
+validated before the first collective; errors name the file and field. traffic/points.py
+expands a loaded suite into the points one world measures.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,13 +20,12 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.sizes import parse_size
 from commbench.traffic import patterns
-from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
-from commbench.traffic.models import ModelShape, get_model
-from commbench.traffic.patterns.base import field_path, violations
-from commbench.traffic.program import Program
+from commbench.traffic.layout import DEFAULT_ORDER, Axis, parse_order
+from commbench.traffic.model import ModelShape, get_model
+from commbench.traffic.patterns.base import field_path
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
-DEGREE_AXES = ("tp", "cp", "pp", "ep")
+DEGREE_AXES = (Axis.TP, Axis.CP, Axis.PP, Axis.EP)
 SUITE_KEYS = ("description", "timing", "max_bytes", "include", "runs", "quick")
 RUN_KEYS = ("pattern", "name", "models", "degrees", "options", "sweep", "order", "quick")
 TIMING_KEYS = {"budget": float, "iters": int, "warmup": int, "min_iters": int, "max_iters": int}
@@ -96,7 +95,7 @@ def parse_degree(value: Any, where: str) -> DegreeSpec:
 
 
 # ---- runs and suites ----
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class RunSpec:
     """One validated `runs:` entry of a suite file."""
 
@@ -107,7 +106,7 @@ class RunSpec:
     degrees: dict[str, DegreeSpec]
     options: dict[str, Any]
     sweep: dict[str, tuple]
-    order: tuple[str, ...]
+    order: tuple[Axis, ...]
     timing: dict[str, Any]
     max_bytes: int | None
 
@@ -240,9 +239,9 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         raise UsageError(f"{where}.models: pattern {spec.name} takes no models")
     degrees = {}
     for axis, value in _mapping(
-        raw.get("degrees") or {}, f"{where}.degrees", DEGREE_AXES + ("dp",)
+        raw.get("degrees") or {}, f"{where}.degrees", DEGREE_AXES + (Axis.DP,)
     ).items():
-        if axis == "dp":
+        if axis == Axis.DP:
             raise UsageError(f"{where}.degrees.dp: dp is derived as world / (tp*cp*pp)")
         if spec.axis is None:
             raise UsageError(f"{where}.degrees: pattern {spec.name} takes no degrees")
@@ -258,23 +257,21 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         for v in values:
             patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
         sweep[key] = tuple(values)
-    order = raw.get("order", "-".join(DEFAULT_ORDER))
-    if not isinstance(order, str) or sorted(order.split("-")) != sorted(DEFAULT_ORDER):
-        raise UsageError(f"{where}.order: {order!r} is not a permutation of tp-cp-ep-dp-pp")
+    order = parse_order(raw.get("order", DEFAULT_ORDER), f"{where}.order:")
     name = raw.get("name", spec.name)
     if not isinstance(name, str):
         raise UsageError(f"{where}.name: expected a string")
     return RunSpec(
-        where,
-        spec.name,
-        name,
-        models,
-        degrees,
-        dict(options),
-        sweep,
-        tuple(order.split("-")),
-        timing,
-        max_bytes,
+        where=where,
+        pattern=spec.name,
+        name=name,
+        models=models,
+        degrees=degrees,
+        options=dict(options),
+        sweep=sweep,
+        order=order,
+        timing=timing,
+        max_bytes=max_bytes,
     )
 
 
@@ -331,7 +328,7 @@ class Overrides:
     models: tuple[ModelShape, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     degrees: dict[str, DegreeSpec] = field(default_factory=dict)
-    order: tuple[str, ...] | None = None
+    order: tuple[Axis, ...] | None = None
 
 
 def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
@@ -399,106 +396,3 @@ def apply_overrides(suite: Suite, ov: Overrides) -> Suite:
             f"--set {sorted(unknown)[0]}: no run of suite {suite.name} has this option"
         )
     return dataclasses.replace(suite, runs=tuple(runs))
-
-
-# ---- expansion to points ----
-@dataclass(frozen=True)
-class Point:
-    """One configuration to measure: a run's pattern on one model, layout and options."""
-
-    index: int
-    run: RunSpec
-    model: ModelShape | None
-    layout: ParallelLayout
-    options: Any
-    swept: dict[str, Any]
-    program: Program
-
-
-def _sweeps(run: RunSpec) -> list[dict[str, Any]]:
-    keys = list(run.sweep)
-    return [dict(zip(keys, vals)) for vals in itertools.product(*(run.sweep[k] for k in keys))]
-
-
-def _explicit_error(run: RunSpec, axes: list[str], message: str) -> UsageError:
-    field = ",".join(axes)
-    return UsageError(f"{run.where}.degrees.{field}: {message}")
-
-
-def _layouts(run: RunSpec, model: ModelShape | None, world: int, opts: Any) -> list[dict]:
-    """Valid degree combinations of a run for one model and option set."""
-    specs = {a: run.degrees.get(a, ONE) for a in DEGREE_AXES}
-    seq = opts.seq(model) if model is not None else 1
-    sp = bool(getattr(opts, "sequence_parallel", False)) or (run.pattern == "ep")
-    valid = []
-    for values in itertools.product(*(specs[a].candidates(world) for a in DEGREE_AXES)):
-        d = dict(zip(DEGREE_AXES, values))
-        explicit = [a for a in DEGREE_AXES if specs[a].explicit and a in run.degrees]
-        fixed = all(specs[a].explicit for a in DEGREE_AXES)
-        prod = d["tp"] * d["cp"] * d["pp"]
-        if world % prod:
-            exp_prod = 1
-            for a in ("tp", "cp", "pp"):
-                if specs[a].explicit:
-                    exp_prod *= d[a]
-            if world % exp_prod or fixed:
-                raise _explicit_error(
-                    run,
-                    [a for a in ("tp", "cp", "pp") if a in explicit] or ["tp"],
-                    f"tp*cp*pp = {d['tp']}*{d['cp']}*{d['pp']} = {prod} does not divide the "
-                    f"world size {world}",
-                )
-            continue
-        dp = world // prod
-        if (d["cp"] * dp) % d["ep"]:
-            if fixed:
-                raise _explicit_error(
-                    run,
-                    ["ep"],
-                    f"ep={d['ep']} does not divide cp*dp = {d['cp'] * dp} on a world of {world}",
-                )
-            continue
-        if model is not None:
-            layout = ParallelLayout(world, tp=d["tp"], cp=d["cp"], ep=d["ep"], pp=d["pp"])
-            bad = [(a, msg) for a, msg in violations(layout, model, seq, sp)]
-            hard = [(a, msg) for a, msg in bad if specs[a].explicit]
-            if hard and (fixed or all(specs[a].explicit for a, _ in bad)):
-                a, msg = hard[0]
-                raise _explicit_error(run, [a], msg)
-            if bad:
-                continue
-        valid.append(d)
-    for axis in DEGREE_AXES:
-        if specs[axis].kind != "max":
-            continue
-        best: dict[tuple, int] = {}
-        for d in valid:
-            rest = tuple(d[a] for a in DEGREE_AXES if a != axis)
-            best[rest] = max(best.get(rest, 0), d[axis])
-        valid = [d for d in valid if d[axis] == best[tuple(d[a] for a in DEGREE_AXES if a != axis)]]
-    return valid
-
-
-def expand(suite: Suite, world: int, nodes: tuple[int, ...] = ()) -> list[Point]:
-    """Every point of the suite on `world` ranks, with its Program built (pure; identical on
-    every rank). Points without traffic (e.g. dp = 1 for a dp run) are left out."""
-    points: list[Point] = []
-    for run in suite.runs:
-        for model in run.models or (None,):
-            for swept in _sweeps(run):
-                opts = patterns.make_options(run.pattern, {**run.options, **swept}, run.where)
-                for d in _layouts(run, model, world, opts):
-                    layout = ParallelLayout(world, order=run.order, nodes=nodes, **d)
-                    try:
-                        program = patterns.build(run.pattern, layout, model, opts)
-                    except UsageError as e:
-                        raise UsageError(f"{run.where}: {layout.label()}: {e}") from None
-                    if not program.steps:
-                        continue
-                    points.append(Point(len(points) + 1, run, model, layout, opts, swept, program))
-    if not points:
-        raise UsageError(
-            f"suite {suite.name}: no configuration with traffic fits a world of {world} "
-            f"rank(s) (most patterns need at least 2)"
-        )
-    return points

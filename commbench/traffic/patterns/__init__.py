@@ -15,8 +15,8 @@ from types import ModuleType
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, ParallelLayout, parse_order
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
 from commbench.traffic.patterns.base import (
     Fact,
@@ -53,7 +53,7 @@ class PatternSpec:
 
     name: str
     module: ModuleType
-    axis: str | None
+    axis: Axis | None
     role: Role
     needs_model: bool = True
     needs_moe: bool = False
@@ -64,7 +64,8 @@ class PatternSpec:
         return self.module.Options
 
     @property
-    def build(self) -> Callable[[ParallelLayout, ModelShape, Any], Program]:
+    def build(self) -> Callable[[ParallelLayout, ModelShape | None, Any], Program]:
+        """The module's build; the model is None only for a pattern that needs none."""
         return self.module.build
 
     @property
@@ -86,12 +87,12 @@ class PatternSpec:
 PATTERNS: dict[str, PatternSpec] = {
     s.name: s
     for s in (
-        PatternSpec("dp", dp, "dp", Role.GRADIENT),
-        PatternSpec("zero", zero, "dp", Role.GRADIENT),
-        PatternSpec("tp", tp, "tp", Role.IN_LAYER, sequence_parallel_option=True),
-        PatternSpec("pp", pp, "pp", Role.PIPELINE, sequence_parallel_option=True),
-        PatternSpec("cp", cp, "cp", Role.IN_LAYER),
-        PatternSpec("ep", ep, "ep", Role.IN_LAYER, needs_moe=True),
+        PatternSpec("dp", dp, Axis.DP, Role.GRADIENT),
+        PatternSpec("zero", zero, Axis.DP, Role.GRADIENT),
+        PatternSpec("tp", tp, Axis.TP, Role.IN_LAYER, sequence_parallel_option=True),
+        PatternSpec("pp", pp, Axis.PP, Role.PIPELINE, sequence_parallel_option=True),
+        PatternSpec("cp", cp, Axis.CP, Role.IN_LAYER),
+        PatternSpec("ep", ep, Axis.EP, Role.IN_LAYER, needs_moe=True),
         PatternSpec("collectives", collectives, None, Role.SWEEP, needs_model=False),
     )
 }
@@ -132,7 +133,7 @@ def rebuild(point: dict) -> tuple[ParallelLayout, ModelShape | None, Any, Progra
         ep=cfg["ep"],
         dp=cfg["dp"],
         pp=cfg["pp"],
-        order=tuple(cfg["order"].split("-")),
+        order=parse_order(cfg["order"], "config.order"),
     )
     shape = point.get("model_shape")
     model = ModelShape.from_dict(shape, "model_shape") if shape else None

@@ -18,8 +18,8 @@ from typing import Any
 
 from commbench.errors import UsageError
 from commbench.sizes import parse_size
-from commbench.traffic.layout import GroupInfo, ParallelLayout, sweep_mesh
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, GroupInfo, ParallelLayout, sweep_mesh
+from commbench.traffic.model import ModelShape
 from commbench.traffic.program import canonical_dtype, dtype_size
 
 
@@ -95,28 +95,30 @@ def violations(
     model: ModelShape,
     seq: int,
     sequence_parallel: bool = False,
-) -> list[tuple[str, str]]:
+) -> list[tuple[Axis, str]]:
     """(degree, reason) for every degree that does not divide the dimension it splits, as
     Megatron-LM requires: heads, K/V groups and MLP width by tp; layers by pp; experts by ep;
     the sequence by cp (and by tp*cp with sequence parallel)."""
-    out = []
+    out: list[tuple[Axis, str]] = []
     t, c, p, e = layout.tp, layout.cp, layout.pp, layout.ep
     if model.heads % t:
-        out.append(("tp", f"tp={t} does not divide the {model.heads} heads of {model.name}"))
+        out.append((Axis.TP, f"tp={t} does not divide the {model.heads} heads of {model.name}"))
     elif model.kv_heads % t:
-        out.append(("tp", f"tp={t} does not divide the {model.kv_heads} KV heads of {model.name}"))
+        out.append(
+            (Axis.TP, f"tp={t} does not divide the {model.kv_heads} KV heads of {model.name}")
+        )
     elif model.ffn_hidden % t or model.moe_ffn_hidden % t:
-        out.append(("tp", f"tp={t} does not divide the MLP width of {model.name}"))
+        out.append((Axis.TP, f"tp={t} does not divide the MLP width of {model.name}"))
     if model.layers % p:
-        out.append(("pp", f"pp={p} does not divide the {model.layers} layers of {model.name}"))
+        out.append((Axis.PP, f"pp={p} does not divide the {model.layers} layers of {model.name}"))
     if e > 1 and not model.is_moe:
-        out.append(("ep", f"ep={e} needs an MoE model; {model.name} is dense"))
+        out.append((Axis.EP, f"ep={e} needs an MoE model; {model.name} is dense"))
     elif e > 1 and model.experts % e:
-        out.append(("ep", f"ep={e} does not divide the {model.experts} experts of {model.name}"))
+        out.append((Axis.EP, f"ep={e} does not divide the {model.experts} experts of {model.name}"))
     if seq % c:
-        out.append(("cp", f"cp={c} does not divide the sequence length {seq}"))
+        out.append((Axis.CP, f"cp={c} does not divide the sequence length {seq}"))
     elif sequence_parallel and (seq // c) % t:
-        out.append(("tp", f"tp={t} does not divide the {seq // c} tokens per cp rank (SP)"))
+        out.append((Axis.TP, f"tp={t} does not divide the {seq // c} tokens per cp rank (SP)"))
     return out
 
 
@@ -155,7 +157,7 @@ def buckets(total: int, first: int, cap: int) -> list[tuple[int, int, str]]:
 def dp_axis(layout: ParallelLayout) -> str:
     """The gradient-reduction axis of dense parameters: dp, or dp-cp when cp > 1 (Megatron
     reduces gradients over the data-parallel x context-parallel ranks)."""
-    return "dp-cp" if layout.cp > 1 else "dp"
+    return f"{Axis.DP}-{Axis.CP}" if layout.cp > 1 else Axis.DP
 
 
 def dp_size(layout: ParallelLayout) -> int:
@@ -176,7 +178,7 @@ def resolve_axis(layout: ParallelLayout, axis: str) -> GroupInfo:
     m = _SWEEP_AXIS.match(axis)
     if m:
         placement = "contiguous" if m.group(1) == "contig" else "strided"
-        info = sweep_mesh(layout.world, int(m.group(2)), placement, layout.nodes).info("group")
+        info = sweep_mesh(layout.world, int(m.group(2)), placement, layout.nodes).info(Axis.GROUP)
         return dataclasses.replace(info, axis=axis)
     return layout.info(axis)
 

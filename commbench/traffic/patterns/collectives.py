@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from commbench.errors import UsageError
 from commbench.sizes import sweep
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, check_choice, sweep_axis
 from commbench.traffic.program import OPS, Program, Step, canonical_dtype, op_spec, round_bytes
 
 NAME = "collectives"
-AXIS = None
 PLACEMENTS = ("contiguous", "strided")
 DEFAULT_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, check
 from commbench.traffic.program import Program, Step
 
 NAME = "cp"
-AXIS = "cp"
+AXIS = Axis.CP
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, buckets, check, dp_axis, dp_size
 from commbench.traffic.program import Program, Step, dtype_size
 
 NAME = "dp"
-AXIS = "dp"
 MiB = 1 << 20
 
 
@@ -65,6 +64,6 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     if dp_size(layout) > 1:
         steps += bucket_steps(dense, dp_axis(layout), options, "grad bucket")
     if expert and layout.edp > 1:
-        steps += bucket_steps(expert, "edp", options, "expert grad bucket")
+        steps += bucket_steps(expert, Axis.EDP, options, "expert grad bucket")
     meta = {"grad_bytes": dense, "expert_grad_bytes": expert, "params": model.params}
     return Program(NAME, tuple(steps), meta)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check, check_choice
 from commbench.traffic.program import Program, Step
 
 NAME = "ep"
-AXIS = "ep"
+AXIS = Axis.EP
 ROUTERS = ("uniform", "zipf", "dirichlet")
 
 

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check
 from commbench.traffic.program import Action, Program, Step
 
 NAME = "pp"
-AXIS = "pp"
+AXIS = Axis.PP
 FWD, BWD = 0, 1
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, check
 from commbench.traffic.program import Program, Step
 
 NAME = "tp"
-AXIS = "tp"
+AXIS = Axis.TP
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     if layout.tp == 1:
         return Program(NAME, (), meta)
     dt = options.dtype
+    steps: tuple[Step, ...]
     if not options.sequence_parallel:
         steps = (
             Step("allreduce", S, AXIS, 2 * n, "forward", dt, "attn/mlp row-parallel output"),

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.models import ModelShape
+from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import (
     TrafficOptions,
     buckets,
@@ -28,7 +28,6 @@ from commbench.traffic.patterns.base import (
 from commbench.traffic.program import Program, Step, dtype_size
 
 NAME = "zero"
-AXIS = "dp"
 MiB = 1 << 20
 
 
@@ -118,7 +117,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     m = options.micro_batches
     groups = [(dp_axis(layout), dp_size(layout), 1)]
     if expert and layout.edp > 1:
-        groups.append(("edp", layout.edp, 2))
+        groups.append((Axis.EDP, layout.edp, 2))
     steps: list[Step] = []
     for axis, p, which in groups:
         if p == 1:
