@@ -5,6 +5,7 @@ pricing rules, explain, the JSON layout and bad input."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from plan_samples import ALPHA_S, BUSBW, stated_time, synthetic_calibration
@@ -289,6 +290,26 @@ def test_plan_json_layout(tmp_path):
     assert len(full["configs"]) == doc["counts"]["ranked"]
     # the plan file's one typed home reads back what the planner wrote, field for field
     assert PlanFile.from_json(full, str(out)).to_json() == full
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"label": "a", "tp": "8"}, "plan.json: configs[0].tp: must be an integer, got '8'"),
+        ({"label": "a", "notes": "x"}, "configs[0].notes: must be a JSON list"),
+        ({"label": "a", "placement": {"tp": {"size": 8}}}, "configs[0].placement.tp: must hold"),
+        (
+            {"label": "a", "comm_share": -1},
+            "configs[0].comm_share: must be a non-negative fraction",
+        ),
+    ],
+)
+def test_plan_file_names_the_bad_field(config, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        PlanFile.from_json({"configs": [config]}, "plan.json")
+    assert (
+        PlanFile.from_json({"configs": [{"label": "a", "notes": None}]}, "p").configs[0].notes == []
+    )
 
 
 def test_plan_text_says_reference_and_explain_lists_steps():

@@ -40,8 +40,11 @@ def _int(doc: dict, key: str, where: str) -> int | None:
 
 
 def _typed(doc: dict, key: str, kind: type, default: Any, where: str) -> Any:
-    v = doc.get(key, default)
-    if v is not None and not isinstance(v, kind):
+    """doc[key] if it is a `kind`; absent or null: `default`."""
+    v = doc.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, kind):
         raise UsageError(f"{where}.{key}: must be a JSON {_JSON_NAMES[kind]}, got {v!r}")
     return v
 
