@@ -37,7 +37,9 @@ SEARCHES = {
 
 
 def run_once(model: str, gpus: int, gpn: int, cal, opts: dict) -> tuple[float, plan.PlanResult]:
-    req = plan.PlanRequest(get_model(model), gpus, gpn, peak_tflops=989.4, **opts)
+    req = plan.PlanRequest(
+        model=get_model(model), gpus=gpus, gpus_per_node=gpn, peak_tflops=989.4, **opts
+    )
     t0 = time.perf_counter()
     res = plan.plan(req, cal)
     return time.perf_counter() - t0, res

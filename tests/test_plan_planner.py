@@ -1,10 +1,11 @@
-"""Planner: reference calibration, memory arithmetic (DESIGN.md section 5), the seed's three
-scenarios against the reference calibration, the shared evaluator's pricing rules, explain,
-the JSON layout and bad input."""
+"""Planner: reference calibration, memory arithmetic (Adam states sharded as ZeRO does, KV
+cache), the seed's three scenarios against the reference calibration, the shared evaluator's
+pricing rules, explain, the JSON layout and bad input."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from plan_samples import ALPHA_S, BUSBW, stated_time, synthetic_calibration
@@ -23,6 +24,7 @@ from commbench.plan import (
     parse_config,
     plan,
 )
+from commbench.results.planfile import PlanFile
 from commbench.traffic import model as models
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.memory import kv_cache_bytes_per_token
@@ -39,10 +41,14 @@ def ref():
     return calibration.load(reference.shipped_path(), kind="reference")
 
 
+def config(tp=1, cp=1, ep=1, dp=1, pp=1, b=1, m=1, z=0) -> Config:
+    return Config(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, micro_batch=b, micro_batches=m, zero_stage=z)
+
+
 def req(model="llama-7b", gpus=8, **kw) -> PlanRequest:
     kw.setdefault("gpus_per_node", 8)
     kw.setdefault("peak_tflops", 989.4)
-    return PlanRequest(models.get_model(model), gpus, **kw)
+    return PlanRequest(model=models.get_model(model), gpus=gpus, **kw)
 
 
 # ---- the reference calibration ----------------------------------------------------------------
@@ -68,26 +74,26 @@ def test_reference_is_generated_cited_and_usable(ref):
     assert ref.predict("allreduce", S, 8, "intra") == pytest.approx(want)
 
 
-# ---- memory: DESIGN.md section 5 ---------------------------------------------------------------
-def test_memory_matches_design_section_5():
+# ---- memory: weights, gradients, Adam states (ZeRO sharding), KV cache ----------------------------
+def test_memory_follows_zero_sharding_and_kv_cache():
     m = models.get_model("llama-7b")
     P = m.params
     assert 6.5e9 < P < 7.0e9
     r = req()
-    mem = memory(r, Config(1, 1, 1, 1, 1, 1, 8, 0))
+    mem = memory(r, config(m=8))
     assert mem["weights"] == pytest.approx(2 * P)
     assert mem["grads"] == pytest.approx(4 * P)  # fp32 gradients (DDP)
     assert mem["optimizer"] == pytest.approx(12 * P)  # Adam: fp32 master + 2 moments
-    bf16 = memory(req(grad_dtype="bfloat16"), Config(1, 1, 1, 1, 1, 1, 8, 0))
+    bf16 = memory(req(grad_dtype="bfloat16"), config(m=8))
     assert bf16["grads"] == pytest.approx(2 * P)
-    z3 = memory(r, Config(1, 1, 1, 8, 1, 1, 1, 3))  # ZeRO-3 shards all three over dp = 8
+    z3 = memory(r, config(dp=8, z=3))  # ZeRO-3 shards all three over dp = 8
     for k in ("weights", "grads", "optimizer"):
         assert z3[k] == pytest.approx(mem[k] / 8)
-    z1 = memory(r, Config(1, 1, 1, 8, 1, 1, 1, 1))
+    z1 = memory(r, config(dp=8, z=1))
     assert z1["weights"] == pytest.approx(2 * P) and z1["optimizer"] == pytest.approx(12 * P / 8)
     # KV cache: 2 L n_kv d_head x 2 bytes = 512 KiB per token; 32K tokens = 16 GiB
     assert kv_cache_bytes_per_token(m) == 512 * KiB
-    inf = memory(req(mode="infer", seq_len=32768, global_batch=1), Config(1, 1, 1, 1, 1, 1, 1, 0))
+    inf = memory(req(mode="infer", seq_len=32768, global_batch=1), config())
     assert inf["kv_cache"] == 16 * GiB
     assert inf["weights"] == pytest.approx(2 * P, rel=1e-6)
 
@@ -155,7 +161,7 @@ def test_comm_bound_flag_follows_the_30_percent_rule(ref):
 def test_periodic_pipeline_shortcut_matches_full_simulation(ref):
     r = req("llama-7b", 8, zero_stages=(0,))
     fast, exact = Planner(r, ref), Planner(r, ref, exact=True)
-    for cfg in (Config(1, 1, 1, 2, 4, 1, 512, 0), Config(2, 1, 1, 1, 4, 1, 1024, 0)):
+    for cfg in (config(dp=2, pp=4, m=512), config(tp=2, pp=4, m=1024)):
         a, b = fast.evaluate(cfg), exact.evaluate(cfg)
         assert fast.pp_simulated(cfg) < cfg.micro_batches == exact.pp_simulated(cfg)
         assert a.estimates["pp"].total_s == pytest.approx(b.estimates["pp"].total_s, rel=1e-9)
@@ -165,7 +171,7 @@ def test_periodic_pipeline_shortcut_matches_full_simulation(ref):
 
 def test_bubble_matches_1f1b_formula_without_messages(ref):
     r = req("llama-7b", 8, zero_stages=(0,))
-    ev = Planner(r, ref).evaluate(Config(1, 1, 1, 2, 4, 1, 512, 0))
+    ev = Planner(r, ref).evaluate(config(dp=2, pp=4, m=512))
     p, m = 4, 512
     # idle time of the first stage = (p-1)/(m+p-1) of the pipeline without messages
     makespan_free = ev.times["compute"] + ev.times["bubble"]
@@ -283,6 +289,28 @@ def test_plan_json_layout(tmp_path):
     assert all({"reasons", "stage"} <= set(r) for r in doc["rejected"])
     full = json.loads(out.read_text())
     assert len(full["configs"]) == doc["counts"]["ranked"]
+    # the plan file's one typed home reads back what the planner wrote, field for field
+    assert PlanFile.from_json(full, str(out)).to_json() == full
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"label": "a", "tp": "8"}, "plan.json: configs[0].tp: must be an integer, got '8'"),
+        ({"label": "a", "notes": "x"}, "configs[0].notes: must be a JSON list"),
+        ({"label": "a", "placement": {"tp": {"size": 8}}}, "configs[0].placement.tp: must hold"),
+        (
+            {"label": "a", "comm_share": -1},
+            "configs[0].comm_share: must be a non-negative fraction",
+        ),
+    ],
+)
+def test_plan_file_names_the_bad_field(config, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        PlanFile.from_json({"configs": [config]}, "plan.json")
+    assert (
+        PlanFile.from_json({"configs": [{"label": "a", "notes": None}]}, "p").configs[0].notes == []
+    )
 
 
 def test_plan_text_says_reference_and_explain_lists_steps():

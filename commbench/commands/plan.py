@@ -23,20 +23,6 @@ from commbench.commands.argtypes import positive_float, positive_int
 HELP = "rank TP/CP/EP/DP/PP configs for a model on a cluster from a calibration"
 
 
-def _int_list(text: str, what: str, allowed: tuple[int, ...] | None = None) -> tuple[int, ...]:
-    from commbench.errors import UsageError
-
-    try:
-        vals = tuple(dict.fromkeys(int(v) for v in text.split(",") if v.strip()))
-    except ValueError:
-        raise UsageError(f"{what} {text!r}: give integers separated by commas") from None
-    if not vals:
-        raise UsageError(f"{what} is empty")
-    if allowed is not None and any(v not in allowed for v in vals):
-        raise UsageError(f"{what} {text!r}: choose from {', '.join(map(str, allowed))}")
-    return vals
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and cluster")
     g.add_argument(
@@ -139,58 +125,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def load_calibration(path: str | None):
-    """The calibration the user named, or the shipped reference."""
-    from commbench import calibration
-    from commbench.calibration import reference
-
-    if path is None:
-        with __import__("importlib").resources.as_file(reference.shipped_path()) as p:
-            return calibration.load(p, kind="reference")
-    return calibration.load(path)
-
-
 def request_from_args(args: argparse.Namespace, cal):
     """A PlanRequest from the flags, the calibration's device filling the defaults."""
-    from commbench.errors import UsageError
-    from commbench.plan import DEFAULT_MFU, PlanRequest
-    from commbench.traffic.model import parse_model_arg
-    from commbench.traffic.program import canonical_dtype
+    from commbench.plan import request_from_flags
 
-    device = cal.doc.get("device") or {}
-    if args.backend is None and len(cal.backends) > 1:
-        raise UsageError(
-            f"{cal.source} has several backends ({', '.join(cal.backends)}): choose one with "
-            "--backend"
-        )
-    mb = (
-        (1, 2, 4, 8) if args.micro_batch == "auto" else _int_list(args.micro_batch, "--micro-batch")
-    )
-    if any(b < 1 for b in mb):
-        raise UsageError("--micro-batch sizes must be positive")
-    zero_text = args.zero_stage or ("all" if args.mode == "train" else "0")
-    if args.mode == "infer" and zero_text == "all":
-        raise UsageError("--zero-stage applies to training; --mode infer has no optimizer")
-    zero = (
-        (0, 1, 2, 3) if zero_text == "all" else _int_list(zero_text, "--zero-stage", (0, 1, 2, 3))
-    )
-    if args.mfu is not None and args.peak_tflops is None and "peak_bf16_tflops" not in device:
-        raise UsageError("--mfu needs --peak-tflops (this calibration states no device peak)")
-    return PlanRequest(
-        model=parse_model_arg(args.model),
+    return request_from_flags(
+        cal,
+        model=args.model,
         gpus=args.gpus,
-        gpus_per_node=args.gpus_per_node or int(device.get("gpus_per_node", 8)),
-        gpu_memory_gb=args.gpu_memory or float(device.get("memory_gb", 80.0)),
+        gpus_per_node=args.gpus_per_node,
+        gpu_memory_gb=args.gpu_memory,
         seq_len=args.seq_len,
         global_batch=args.global_batch,
-        micro_batch_sizes=mb,
-        zero_stages=zero,
+        micro_batch=args.micro_batch,
+        zero_stage=args.zero_stage,
         sequence_parallel=args.sequence_parallel,
         mode=args.mode,
-        peak_tflops=args.peak_tflops or device.get("peak_bf16_tflops"),
-        mfu=args.mfu or DEFAULT_MFU,
+        peak_tflops=args.peak_tflops,
+        mfu=args.mfu,
         recompute=args.recompute,
-        grad_dtype=canonical_dtype(args.grad_dtype),
+        grad_dtype=args.grad_dtype,
         overlap_dp=args.overlap_dp,
         orders=args.orders,
         extrapolate=args.extrapolate,
@@ -313,6 +267,8 @@ def rejected_lines(result, out) -> None:
 
 def explain_text(ev, req, cal, out) -> None:
     from commbench.sizes import format_size
+    from commbench.traffic import patterns
+    from commbench.traffic.patterns import Role
 
     w = out.write
     c = ev.config
@@ -355,7 +311,7 @@ def explain_text(ev, req, cal, out) -> None:
             f"\n## {name}: {len(est.steps)} step(s), {_s(est.total_s)} s"
             + (
                 f" (1F1B makespan with compute; messages on the critical path {_s(est.comm_s)} s)"
-                if name == "pp"
+                if patterns.get(name).role is Role.PIPELINE
                 else ""
             )
             + "\n"
@@ -381,17 +337,12 @@ def main(args: argparse.Namespace) -> int:
     from commbench import plan
     from commbench.results.rundir import write_json_output
 
-    cal = load_calibration(args.calibration)
+    cal = plan.load_calibration(args.calibration)
     req = request_from_args(args, cal)
     out = sys.stdout
     if args.explain:
         ev = plan.explain(req, cal, args.explain)
-        doc = {
-            "schema": "commbench.plan.explain/1",
-            "inputs": req.as_dict(),
-            "calibration": plan.calibration_summary(cal),
-            "config": ev.as_dict(steps=True),
-        }
+        doc = plan.explain_file(req, cal, ev).to_json()
         if args.output:
             write_json_output(args.output, doc)
         if args.json:
@@ -402,9 +353,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     result = plan.plan(req, cal)
     if args.output:
-        write_json_output(args.output, result.as_dict())
+        write_json_output(args.output, result.plan_file().to_json())
     if args.json:
-        json.dump(result.as_dict(args.top), out, indent=2)
+        json.dump(result.plan_file(args.top).to_json(), out, indent=2)
         out.write("\n")
         return 0
     header(result, out)

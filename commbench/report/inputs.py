@@ -5,7 +5,6 @@ validation rows and planner configs. Each extractor returns plain data plus what
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.fit.collect import SeriesKey, collect
+from commbench.results.planfile import PlanFile
 from commbench.results.rundir import Run, is_run_dir, read_run
 from commbench.traffic import patterns
 from commbench.traffic.patterns.base import Role, options_label
@@ -338,50 +338,21 @@ class Plan:
     header: dict
 
 
-def _seconds(v, where: str) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-        raise UsageError(f"{where}: must be a non-negative number of seconds, got {v!r}")
-    return float(v)
-
-
-PLAN_AXES = ("tp", "cp", "ep", "pp")
-
-
 def load_plan(path: str | Path) -> Plan:
-    """A `commbench plan -o` file (schema commbench.plan/1): configs best first, each with a
-    label, zero_stage and time_s {compute, bubble, tp, cp, ep, pp, dp_exposed, step}; other
-    top-level scalars are shown as the plan's header. Errors name the file and the field."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        raise UsageError(f"cannot read plan {path}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("configs"), list):
-        raise UsageError(f"{path}: a plan must be a JSON object with a list 'configs'")
-    configs = []
-    for i, c in enumerate(doc["configs"]):
-        where = f"{path}: configs[{i}]"
-        if not isinstance(c, dict) or not isinstance(c.get("label"), str):
-            raise UsageError(f"{where}: needs a string 'label'")
-        times = c.get("time_s") or {}
-        if not isinstance(times, dict):
-            raise UsageError(f"{where}.time_s: must map part -> seconds")
-        comm = {a: _seconds(times.get(a), f"{where}.time_s.{a}") or 0.0 for a in PLAN_AXES}
-        comm["dp"] = _seconds(times.get("dp_exposed", times.get("dp")), f"{where}.time_s.dp") or 0.0
-        label = c["label"] + (f" z{c['zero_stage']}" if c.get("zero_stage") else "")
-        configs.append(
-            PlanConfig(
-                i + 1,
-                label,
-                comm,
-                _seconds(times.get("compute"), f"{where}.time_s.compute"),
-                _seconds(times.get("bubble"), f"{where}.time_s.bubble"),
-                _seconds(times.get("step"), f"{where}.time_s.step"),
-            )
+    """A `commbench plan -o` file (results.planfile, schema commbench.plan/1): configs best
+    first, each labelled with its ZeRO stage when > 0, its communication on the critical path
+    per axis (tp, cp, ep, pp, exposed dp), compute, bubble and step; the file's top-level
+    scalars are the plan's header. Errors name the file and the field."""
+    doc = PlanFile.read(path)
+    configs = [
+        PlanConfig(
+            i + 1,
+            c.label + (f" z{c.zero_stage}" if c.zero_stage else ""),
+            c.time_s.comm,
+            c.time_s.compute,
+            c.time_s.bubble,
+            c.time_s.step,
         )
-    header = {k: v for k, v in doc.items() if k != "configs" and not isinstance(v, (dict, list))}
-    return Plan(str(path), configs, header)
+        for i, c in enumerate(doc.configs)
+    ]
+    return Plan(str(Path(path)), configs, doc.header)

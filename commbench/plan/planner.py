@@ -1,0 +1,382 @@
+"""Pricing and ranking: the Planner prices a config's Programs through the calibration
+(calibration.pricing.Evaluator) on its placement, and plan() / explain() run the search."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from commbench.calibration import Calibration
+from commbench.calibration.pricing import Evaluator, ProgramEstimate
+from commbench.errors import UsageError
+from commbench.plan.request import GB, PlanRequest, compute_seconds, gb, memory
+from commbench.plan.result import Evaluation, PlanResult, assumptions
+from commbench.plan.search import DENSE, Candidate, Config, candidates, parse_config, rank_orders
+from commbench.plan.step_time import RoleTimes, step_time
+from commbench.traffic import patterns
+from commbench.traffic.layout import GroupInfo, ParallelLayout
+from commbench.traffic.patterns import Role
+from commbench.traffic.patterns.base import resolve_axis
+from commbench.traffic.program import Program
+
+# the patterns whose Program is the 1F1B schedule: they get the compute model's options
+PIPELINE = tuple(s.name for s in patterns.PATTERNS.values() if s.role is Role.PIPELINE)
+
+
+def forward_only(prog: Program) -> Program:
+    """Inference: the forward steps of a training Program; a 1F1B schedule keeps its forward
+    messages (even tags, patterns.pp.tag) and compute, so it becomes a forward pipeline."""
+    from commbench.traffic.patterns.pp import FWD
+
+    steps = []
+    for st in prog.steps:
+        if st.op == "p2p_schedule":
+            assert st.schedule is not None
+            sched = tuple(
+                tuple(a for a in acts if a.kind == "compute" or a.tag % 2 == FWD)
+                for acts in st.schedule
+            )
+            steps.append(st.with_(schedule=sched, phase="forward", label=st.label + " forward"))
+        elif st.phase == "forward":
+            steps.append(st)
+    return Program(prog.pattern, tuple(steps), prog.meta)
+
+
+class Planner:
+    """Evaluates configs of one request against one calibration, caching Programs (per degrees,
+    micro-batching and ZeRO stage: rank orders share them), their estimates (per placement of
+    their axes) and predictions (per message). `exact` simulates every pipeline in full."""
+
+    def __init__(self, req: PlanRequest, cal: Calibration, exact: bool = False) -> None:
+        self.req = req
+        self.cal = cal
+        self.evaluator = Evaluator(cal, req.backend, req.extrapolate)
+        self.nodes = req.nodes
+        self.compute_s = compute_seconds(req)
+        self.exact = exact
+        self._programs: dict[tuple, Any] = {}
+        self._estimates: dict[tuple, ProgramEstimate] = {}
+        self._info: dict[tuple, GroupInfo] = {}
+
+    # programs
+    def workload(self, cfg: Config) -> dict[str, Any]:
+        req = self.req
+        return {
+            "seq_len": req.seq,
+            "micro_batch": cfg.micro_batch,
+            "micro_batches": cfg.micro_batches,
+            "sequence_parallel": req.sequence_parallel,
+            "grad_dtype": req.grad_dtype,
+        }
+
+    def pp_options(self, cfg: Config, micro_batches: int) -> dict[str, Any]:
+        """The pipeline pattern's options: forward compute per micro-batch from the compute
+        model (backward twice that; none in inference), `micro_batches` of them."""
+        fwd_s = 0.0
+        if self.compute_s is not None:
+            per_mb = self.compute_s / cfg.micro_batches
+            fwd_s = per_mb / 3.0 if self.req.mode == "train" else per_mb
+        backward = 2.0 if self.req.mode == "train" else 0.0  # inference: forward passes only
+        return {
+            "compute_ms": fwd_s * 1e3,
+            "backward_factor": backward,
+            "micro_batches": micro_batches,
+        }
+
+    def pp_simulated(self, cfg: Config) -> int:
+        """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
+        exact, else p + (m mod p) (extended by periodicity, see pipeline())."""
+        p, m = cfg.pp, cfg.micro_batches
+        if self.exact or p == 1 or m < 4 * p:
+            return m
+        return p + m % p
+
+    def programs(self, cfg: Config) -> dict[str, Program]:
+        """patterns.training_step of the config (cached: rank orders share Programs); the
+        pipeline Program may hold fewer micro-batches than the step (pp_simulated)."""
+        m_sim = self.pp_simulated(cfg)
+        key = (cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch, cfg.micro_batches,
+               cfg.zero_stage, m_sim)  # fmt: skip
+        hit = self._programs.get(key)
+        if hit is not None:
+            return hit
+        req = self.req
+        layout = ParallelLayout(req.gpus, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp)
+        options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
+        progs = patterns.training_step(
+            layout, req.model, self.workload(cfg), cfg.zero_stage, options
+        )
+        if req.mode == "infer":  # a forward pass has no gradients
+            progs = {
+                k: forward_only(v)
+                for k, v in progs.items()
+                if patterns.get(k).role is not Role.GRADIENT
+            }
+        # one object per distinct Program (ZeRO stages share the others), so estimates cached
+        # by Program identity are reused across stages and rank orders
+        progs = {name: self._shared(name, cfg, m_sim, prog) for name, prog in progs.items()}
+        self._programs[key] = progs
+        return progs
+
+    def _shared(self, name: str, cfg: Config, m_sim: int, prog: Program) -> Program:
+        stage = cfg.zero_stage if patterns.get(name).role is Role.GRADIENT else None
+        key = ("shared", name, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch,
+               cfg.micro_batches, m_sim, stage)  # fmt: skip
+        return self._programs.setdefault(key, prog)
+
+    def pp_program(self, name: str, cfg: Config, micro_batches: int) -> Program:
+        """The pipeline Program `name` of `cfg` with another number of micro-batches (same
+        per-micro-batch compute and message size)."""
+        key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches)
+        hit = self._programs.get(key)
+        if hit is None:
+            layout = ParallelLayout(self.req.gpus, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp)
+            opts = {
+                k: v
+                for k, v in self.workload(cfg).items()
+                if k in ("seq_len", "micro_batch", "sequence_parallel")
+            }
+            opts.update(self.pp_options(cfg, micro_batches))
+            prog = patterns.build(name, layout, self.req.model, opts)
+            hit = forward_only(prog) if self.req.mode == "infer" else prog
+            self._programs[key] = hit
+        return hit
+
+    def pipeline(
+        self, name: str, cfg: Config, layout: ParallelLayout, sim: ProgramEstimate
+    ) -> ProgramEstimate:
+        """The 1F1B estimate at the config's m from the simulation at m1 = pp_simulated: the
+        makespan of a uniform 1F1B schedule grows periodically in m with period p (a max-plus
+        linear system), so T(m) = T(m1) + (m - m1)/p x (T(m1+p) - T(m1)); checked at runtime on
+        T(m1+2p), else the full schedule is simulated."""
+        p, m = cfg.pp, cfg.micro_batches
+        m1 = self.pp_simulated(cfg)
+        if m1 == m or sim.error:
+            return sim
+        where = self.where(layout)
+        more = [
+            self.evaluator.program(self.pp_program(name, cfg, m1 + k * p), layout, placement=where)
+            for k in (1, 2)
+        ]
+        bad = next((e for e in more if e.error), None)
+        if bad is not None:
+            return bad
+        T, C = [], []
+        for e in (sim, *more):
+            assert e.total_s is not None and e.comm_s is not None  # priced: no step failed
+            T.append(e.total_s)
+            C.append(e.comm_s)
+        tol = 1e-9 * max(T)
+        if abs((T[2] - T[1]) - (T[1] - T[0])) > tol or abs((C[2] - C[1]) - (C[1] - C[0])) > tol:
+            return self.evaluator.program(self.pp_program(name, cfg, m), layout, placement=where)
+        k = (m - m1) // p
+        st = sim.steps[0]
+        total, comm = T[0] + k * (T[1] - T[0]), C[0] + k * (C[1] - C[0])
+        ext = replace(
+            st,
+            label=st.label.replace(f"m={m1}", f"m={m}"),
+            per_op_s=total,
+            total_s=total,
+            comm_s=comm,
+            method=st.method + f" (simulated at m={m1},{m1 + p},{m1 + 2 * p}, extended by "
+            f"period p={p})",
+        )
+        return ProgramEstimate(sim.pattern, [ext])
+
+    # placement
+    def info(self, layout: ParallelLayout, axis: str) -> GroupInfo:
+        """GroupInfo of an axis (cached: every order of every config asks for its groups)."""
+        key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order, axis)
+        hit = self._info.get(key)
+        if hit is None:
+            hit = self._info[key] = resolve_axis(layout, axis)
+        return hit
+
+    def where(self, layout: ParallelLayout) -> Callable[[str], tuple[int, str]]:
+        """(group size, link class) of an axis of `layout`, for Evaluator.program."""
+
+        def lookup(axis: str) -> tuple[int, str]:
+            info = self.info(layout, axis)
+            return info.size, info.link_class
+
+        return lookup
+
+    def placement(self, layout: ParallelLayout, axes: list[str]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for axis in axes:
+            info = self.info(layout, axis)
+            out[axis] = {
+                "size": info.size,
+                "link_class": info.link_class,
+                "hosts_spanned": info.hosts_spanned,
+                "stride": info.stride,
+            }
+        return out
+
+    # one config
+    def evaluate(self, cfg: Config, mem: dict[str, float] | None = None) -> Evaluation:
+        """Price one (valid) config; the estimates say which step could not be priced, if any."""
+        req = self.req
+        mem = mem if mem is not None else memory(req, cfg)
+        layout = cfg.layout(req.gpus, self.nodes)
+        estimates = {}
+        for name, prog in self.programs(cfg).items():
+            where = tuple((a, self.info(layout, a).link_class) for a in dict.fromkeys(prog.axes()))
+            key = (id(prog), where)
+            est = self._estimates.get(key)
+            if est is None:
+                est = self.evaluator.program(prog, layout, placement=self.where(layout))
+                if patterns.get(name).role is Role.PIPELINE:
+                    est = self.pipeline(name, cfg, layout, est)
+                self._estimates[key] = est
+            estimates[name] = est
+        axes = [a for a in ("tp", "cp", "ep", "dp", "pp") if getattr(cfg, a) > 1]
+        for est in estimates.values():
+            axes += [s.axis for s in est.steps if s.axis not in axes]
+        time = step_time(
+            RoleTimes.of(estimates),
+            compute_s=self.compute_s,
+            pp=cfg.pp,
+            micro_batches=cfg.micro_batches,
+            overlap_dp=req.overlap_dp,
+        )
+        return Evaluation(
+            config=cfg,
+            placement=self.placement(layout, axes),
+            memory=mem,
+            time=time,
+            extrapolated=any(e.extrapolated for e in estimates.values()),
+            estimates=estimates,
+            fits=mem["total"] <= req.gpu_memory_gb * GB,
+            notes=sorted({n for est in estimates.values() for s in est.steps for n in s.notes}),
+        )
+
+    def errors(self, ev: Evaluation) -> list[str]:
+        return [f"cannot price {n}: {e.error}" for n, e in ev.estimates.items() if e.error]
+
+    def distinct_orders(self, cfg: Config) -> list[Config]:
+        """The config in each rank order that gives a distinct placement (link classes)."""
+        if self.req.orders == "megatron":
+            return [cfg]
+        degrees = {"tp": cfg.tp, "cp": cfg.cp, "dp": cfg.dp, "pp": cfg.pp}
+        seen, out = set(), []
+        for order in rank_orders(degrees):
+            c = replace(cfg, order=order)
+            layout = c.layout(self.req.gpus, self.nodes)
+            sig = tuple(
+                (a, self.info(layout, a).link_class, self.info(layout, a).hosts_spanned)
+                for a in DENSE
+                if degrees[a] > 1
+            )
+            if sig not in seen:
+                seen.add(sig)
+                out.append(c)
+        return out
+
+
+def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
+    """Enumerate, check, price and rank every config; UsageError when none can run (with the
+    closest reason: the smallest memory need, or what the calibration lacks)."""
+    planner = Planner(req, cal)
+    cands = candidates(req)
+    valid = [c for c in cands if c.stage == "valid"]
+    rejected = [c for c in cands if c.stage != "valid"]
+    if not valid:
+        reasons = sorted({r for c in cands for r in c.reasons})
+        raise UsageError(
+            f"no split of {req.gpus} GPUs is valid for {req.model.name} "
+            f"(seq {req.seq}, global batch {req.batch}): " + "; ".join(reasons[:6])
+        )
+    fitting: list[tuple[Candidate, dict]] = []
+    smallest: tuple[float, Candidate] | None = None
+    for c in valid:
+        mem = memory(req, c.config)
+        if mem["total"] > req.gpu_memory_gb * GB:
+            c.stage = "memory"
+            c.reasons.append(
+                f"needs {gb(mem['total']):.1f} GB per GPU > {req.gpu_memory_gb:g} GB ("
+                + ", ".join(f"{k} {gb(v):.1f}" for k, v in mem.items() if k != "total" and v)
+                + ")"
+            )
+            rejected.append(c)
+            if smallest is None or mem["total"] < smallest[0]:
+                smallest = (mem["total"], c)
+        else:
+            fitting.append((c, mem))
+    if not fitting:
+        assert smallest is not None  # every valid config was too big
+        need, c = smallest
+        raise UsageError(
+            f"{req.model.name} does not fit on {req.gpus} x {req.gpu_memory_gb:g} GB: the "
+            f"smallest per-GPU need is {gb(need):.1f} GB ({c.config.full_label}); try more "
+            "GPUs, ZeRO (--zero-stage 1,2,3), --sequence-parallel or --recompute full"
+        )
+    ranked: list[Evaluation] = []
+    first_error = None
+    for c, mem in fitting:
+        for oc in planner.distinct_orders(c.config):
+            ev = planner.evaluate(oc, mem)
+            errs = planner.errors(ev)
+            if errs:
+                first_error = first_error or errs[0]
+                rejected.append(Candidate(oc, errs, "unpriced"))
+                continue
+            ranked.append(ev)
+    if not ranked:
+        raise UsageError(
+            f"the calibration cannot price any config: {first_error}"
+            + ("" if req.extrapolate else " (or pass --extrapolate)")
+        )
+    ranked.sort(key=lambda e: (e.step_s, e.memory["total"], e.config.full_label))
+    for i, e in enumerate(ranked, 1):
+        e.rank = i
+    counts = {
+        "candidates": len(cands),
+        "valid": len(valid),
+        "fit_memory": len(fitting),
+        "ranked": len(ranked),
+        "rejected": len(rejected),
+        "unpriced": sum(c.stage == "unpriced" for c in rejected),
+    }
+    return PlanResult(
+        request=req,
+        calibration=cal,
+        ranked=ranked,
+        rejected=rejected,
+        assumptions=assumptions(req, cal),
+        counts=counts,
+    )
+
+
+def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
+    """The best config matching CONFIG, priced even if it does not fit (say so), with every
+    Program step's estimate; UsageError if no valid config matches."""
+    want = parse_config(text)
+    planner = Planner(req, cal, exact=True)
+
+    def matches(cfg: Config) -> bool:
+        d = cfg.as_dict()
+        return all(d[k] == v for k, v in want.items() if k != "order")
+
+    hits = [c for c in candidates(req) if matches(c.config)]
+    if not hits:
+        raise UsageError(
+            f"--explain {text}: no split of {req.gpus} GPUs has "
+            + ", ".join(f"{k}={v}" for k, v in want.items() if k != "order")
+        )
+    valid = [c for c in hits if c.stage == "valid"]
+    if not valid:
+        c = hits[0]
+        raise UsageError(f"--explain {text}: {c.config.label} cannot run: {'; '.join(c.reasons)}")
+    evals = []
+    for c in valid:
+        cfgs = (
+            [replace(c.config, order=want["order"])]
+            if "order" in want
+            else planner.distinct_orders(c.config)
+        )
+        for oc in cfgs:
+            evals.append(planner.evaluate(oc))
+    priced = [e for e in evals if not planner.errors(e)] or evals
+    return min(priced, key=lambda e: (not e.fits, e.step_s))

@@ -1,0 +1,295 @@
+"""What to plan (PlanRequest, built from the flags or directly), and the two per-config numbers
+that need no calibration: compute time and memory per GPU."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from commbench.errors import UsageError
+from commbench.traffic.layout import host_map
+from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes, training_memory
+from commbench.traffic.model import ModelShape, parse_model_arg
+from commbench.traffic.program import canonical_dtype, dtype_size
+
+if TYPE_CHECKING:
+    from commbench.calibration import Calibration
+    from commbench.plan.search import Config
+
+GB = 1e9
+DEFAULT_MFU = 0.40  # Llama 3 (Dubey et al. 2024, Table 4): 38-43% BF16 MFU on 8K-16K H100s
+DEFAULT_TOKENS = {"train": 1 << 22, "infer": 1 << 18}  # 4M tokens: Llama 2's global batch
+MODES = ("train", "infer")
+ORDERS = ("megatron", "all")
+ZERO_STAGES = (0, 1, 2, 3)
+AUTO_MICRO_BATCHES = (1, 2, 4, 8)
+
+
+# ---- the request ------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """What to plan: the model, the cluster, the workload and the modelling options; checked
+    on construction (UsageError naming the flag)."""
+
+    model: ModelShape
+    gpus: int
+    gpus_per_node: int
+    gpu_memory_gb: float = 80.0
+    seq_len: int | None = None  # None: the model's
+    global_batch: int | None = None  # sequences per step; None: DEFAULT_TOKENS / seq
+    micro_batch_sizes: tuple[int, ...] = (1,)
+    zero_stages: tuple[int, ...] = (0,)
+    sequence_parallel: bool = False
+    mode: str = "train"
+    peak_tflops: float | None = None  # None: no compute model (communication only)
+    mfu: float = DEFAULT_MFU
+    recompute: str = "selective"
+    grad_dtype: str = "float32"
+    overlap_dp: bool = False
+    orders: str = "megatron"
+    extrapolate: bool = False
+    backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1 or self.gpus_per_node < 1:
+            raise UsageError("--gpus and --gpus-per-node must be positive")
+        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
+            raise UsageError(
+                f"--gpus {self.gpus} is not a whole number of nodes of --gpus-per-node "
+                f"{self.gpus_per_node}"
+            )
+        if self.mode not in MODES:
+            raise UsageError(f"--mode {self.mode!r}: choose train or infer")
+        if self.orders not in ORDERS:
+            raise UsageError(f"--orders {self.orders!r}: choose megatron or all")
+        if not self.gpu_memory_gb > 0:
+            raise UsageError("--gpu-memory must be positive (GB)")
+        if not 0 < self.mfu <= 1:
+            raise UsageError(f"--mfu {self.mfu} must be in (0, 1]")
+        if self.peak_tflops is not None and not self.peak_tflops > 0:
+            raise UsageError("--peak-tflops must be positive")
+        if self.seq_len is not None and self.seq_len < 1:
+            raise UsageError("--seq-len must be positive")
+        if not self.micro_batch_sizes or any(b < 1 for b in self.micro_batch_sizes):
+            raise UsageError("--micro-batch sizes must be positive")
+        if any(z not in ZERO_STAGES for z in self.zero_stages) or not self.zero_stages:
+            raise UsageError("--zero-stage: choose from 0, 1, 2, 3")
+        if self.mode == "infer":
+            if any(self.zero_stages):
+                raise UsageError("--zero-stage applies to training; --mode infer has no optimizer")
+            if self.overlap_dp:
+                raise UsageError("--overlap-dp applies to training; --mode infer has no gradients")
+        if self.global_batch is not None:
+            if self.global_batch < 1:
+                raise UsageError("--global-batch must be positive")
+            if self.global_batch < min(self.micro_batch_sizes):
+                raise UsageError(
+                    f"--global-batch {self.global_batch} is smaller than every --micro-batch "
+                    f"({', '.join(map(str, self.micro_batch_sizes))})"
+                )
+
+    @property
+    def seq(self) -> int:
+        return self.seq_len or self.model.seq_len
+
+    @property
+    def batch(self) -> int:
+        """Sequences per step."""
+        if self.global_batch is not None:
+            return self.global_batch
+        return max(1, DEFAULT_TOKENS[self.mode] // self.seq)
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return host_map(self.gpus, ranks_per_node=self.gpus_per_node)
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, math.ceil(self.gpus / self.gpus_per_node))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan file's `inputs` (planfile.PlanFile)."""
+        return {
+            "model": self.model.name,
+            "model_shape": self.model.to_dict(),
+            "gpus": self.gpus,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.num_nodes,
+            "gpu_memory_gb": self.gpu_memory_gb,
+            "seq_len": self.seq,
+            "global_batch": self.batch,
+            "tokens_per_step": self.batch * self.seq,
+            "micro_batch_sizes": list(self.micro_batch_sizes),
+            "zero_stages": list(self.zero_stages),
+            "sequence_parallel": self.sequence_parallel,
+            "mode": self.mode,
+            "peak_tflops": self.peak_tflops,
+            "mfu": self.mfu,
+            "recompute": self.recompute,
+            "grad_dtype": self.grad_dtype,
+            "overlap_dp": self.overlap_dp,
+            "orders": self.orders,
+            "extrapolate": self.extrapolate,
+            "backend": self.backend,
+        }
+
+
+# ---- from the command line --------------------------------------------------------------------
+def load_calibration(path: str | None) -> Calibration:
+    """The calibration the user named, or the shipped reference."""
+    from commbench import calibration
+    from commbench.calibration import reference
+
+    if path is None:
+        with resources.as_file(reference.shipped_path()) as p:
+            return calibration.load(p, kind="reference")
+    return calibration.load(path)
+
+
+def int_list(text: str, what: str, allowed: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """`1,2,4` as distinct integers in order; UsageError naming the flag `what`."""
+    try:
+        vals = tuple(dict.fromkeys(int(v) for v in text.split(",") if v.strip()))
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: give integers separated by commas") from None
+    if not vals:
+        raise UsageError(f"{what} is empty")
+    if allowed is not None and any(v not in allowed for v in vals):
+        raise UsageError(f"{what} {text!r}: choose from {', '.join(map(str, allowed))}")
+    return vals
+
+
+def request_from_flags(
+    cal: Calibration,
+    *,
+    model: str,
+    gpus: int,
+    gpus_per_node: int | None,
+    gpu_memory_gb: float | None,
+    seq_len: int | None,
+    global_batch: int | None,
+    micro_batch: str,
+    zero_stage: str | None,
+    sequence_parallel: bool,
+    mode: str,
+    peak_tflops: float | None,
+    mfu: float | None,
+    recompute: str,
+    grad_dtype: str,
+    overlap_dp: bool,
+    orders: str,
+    extrapolate: bool,
+    backend: str | None,
+) -> PlanRequest:
+    """A PlanRequest from `commbench plan`'s flags as given (None: not given), the calibration's
+    device filling the defaults: gpus_per_node, memory_gb, peak_bf16_tflops."""
+    device = cal.doc.get("device") or {}
+    if backend is None and len(cal.backends) > 1:
+        raise UsageError(
+            f"{cal.source} has several backends ({', '.join(cal.backends)}): choose one with "
+            "--backend"
+        )
+    mb = AUTO_MICRO_BATCHES if micro_batch == "auto" else int_list(micro_batch, "--micro-batch")
+    if any(b < 1 for b in mb):
+        raise UsageError("--micro-batch sizes must be positive")
+    zero_text = zero_stage or ("all" if mode == "train" else "0")
+    if mode == "infer" and zero_text == "all":
+        raise UsageError("--zero-stage applies to training; --mode infer has no optimizer")
+    zero = ZERO_STAGES if zero_text == "all" else int_list(zero_text, "--zero-stage", ZERO_STAGES)
+    if mfu is not None and peak_tflops is None and "peak_bf16_tflops" not in device:
+        raise UsageError("--mfu needs --peak-tflops (this calibration states no device peak)")
+    return PlanRequest(
+        model=parse_model_arg(model),
+        gpus=gpus,
+        gpus_per_node=gpus_per_node or int(device.get("gpus_per_node", 8)),
+        gpu_memory_gb=gpu_memory_gb or float(device.get("memory_gb", 80.0)),
+        seq_len=seq_len,
+        global_batch=global_batch,
+        micro_batch_sizes=mb,
+        zero_stages=zero,
+        sequence_parallel=sequence_parallel,
+        mode=mode,
+        peak_tflops=peak_tflops or device.get("peak_bf16_tflops"),
+        mfu=mfu or DEFAULT_MFU,
+        recompute=recompute,
+        grad_dtype=canonical_dtype(grad_dtype),
+        overlap_dp=overlap_dp,
+        orders=orders,
+        extrapolate=extrapolate,
+        backend=backend,
+    )
+
+
+# ---- compute --------------------------------------------------------------------------------
+def flops_per_token(model: ModelShape, seq: int, mode: str = "train") -> float:
+    """Model FLOPs per token: 6 P_active + 12 L H Q s (training; PaLM, Chowdhery et al. 2022,
+    App. B: the 6N rule plus attention scores), a third of it for a forward pass (inference)."""
+    dense = 6.0 * model.param_counts().active
+    attention = 12.0 * model.layers * model.q_width * seq  # q_width = H Q
+    total = dense + attention
+    return total if mode == "train" else total / 3.0
+
+
+def compute_seconds(req: PlanRequest) -> float | None:
+    """Compute time of one step per GPU: tokens x FLOPs/token / (gpus x peak x MFU)."""
+    if req.peak_tflops is None:
+        return None
+    tokens = req.batch * req.seq
+    return (
+        tokens
+        * flops_per_token(req.model, req.seq, req.mode)
+        / (req.gpus * req.peak_tflops * 1e12 * req.mfu)
+    )
+
+
+# ---- memory ---------------------------------------------------------------------------------
+def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
+    """Bytes per GPU of the busiest rank by kind, and the total."""
+    model, seq = req.model, req.seq
+    if req.mode == "train":
+        mem = training_memory(
+            model,
+            tp=cfg.tp,
+            cp=cfg.cp,
+            pp=cfg.pp,
+            dp=cfg.dp,
+            ep=cfg.ep,
+            seq=seq,
+            micro_batch=cfg.micro_batch,
+            micro_batches=cfg.micro_batches,
+            zero_stage=cfg.zero_stage,
+            grad_dtype=req.grad_dtype,
+            sequence_parallel=req.sequence_parallel,
+            recompute=req.recompute,
+        ).as_dict()
+        return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
+    weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")
+    sequences = req.batch // cfg.dp  # every micro-batch's cache lives on every stage
+    kv = kv_cache_bytes(model, seq * sequences, "bfloat16", cfg.tp, cfg.pp, cfg.cp)
+    act = max(
+        activation_bytes_per_layer(
+            model,
+            seq,
+            cfg.micro_batch,
+            cfg.tp,
+            cfg.cp,
+            req.sequence_parallel,
+            "selective",
+            moe,
+        )
+        for moe in {model.is_moe_layer(i) for i in range(model.layers)}
+    )
+    return {
+        "weights": float(weights),
+        "grads": 0.0,
+        "optimizer": 0.0,
+        "activations": act,
+        "kv_cache": kv,
+        "total": weights + act + kv,
+    }
+
+
+def gb(nbytes: float) -> float:
+    return nbytes / GB

@@ -1,0 +1,174 @@
+"""The search space: every (tp, cp, ep, dp, pp, micro-batch, ZeRO stage) split of the GPUs, its
+rank orders, and the reasons a split cannot run; plus reading a config named on the command
+line (`--explain tp8-pp4`)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from commbench.errors import UsageError
+from commbench.plan.request import PlanRequest
+from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout, parse_order
+from commbench.traffic.patterns.base import violations
+
+DENSE = ("tp", "cp", "dp", "pp")  # the axes whose order --orders all permutes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """One candidate: degrees, micro-batching, ZeRO stage and rank order."""
+
+    tp: int
+    cp: int
+    ep: int
+    dp: int
+    pp: int
+    micro_batch: int
+    micro_batches: int
+    zero_stage: int
+    order: tuple[str, ...] = DEFAULT_ORDER
+
+    @property
+    def label(self) -> str:
+        """`tp8-cp1-dp1-pp4` (+ `-ep4` style for MoE, as ParallelLayout.label)."""
+        parts = [f"tp{self.tp}", f"cp{self.cp}"]
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        return "-".join(parts + [f"dp{self.dp}", f"pp{self.pp}"])
+
+    @property
+    def full_label(self) -> str:
+        extra = f"-b{self.micro_batch}-m{self.micro_batches}-z{self.zero_stage}"
+        order = "" if self.order == DEFAULT_ORDER else f"@{'-'.join(self.order)}"
+        return self.label + extra + order
+
+    def layout(self, gpus: int, nodes: tuple[int, ...]) -> ParallelLayout:
+        return ParallelLayout(
+            gpus, self.tp, self.cp, self.ep, self.dp, self.pp, self.order, nodes=nodes
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "tp": self.tp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "dp": self.dp,
+            "pp": self.pp,
+            "micro_batch": self.micro_batch,
+            "micro_batches": self.micro_batches,
+            "zero_stage": self.zero_stage,
+            "order": "-".join(self.order),
+        }
+
+
+@dataclass
+class Candidate:
+    """A config and, when it cannot run, why."""
+
+    config: Config
+    reasons: list[str] = field(default_factory=list)
+    stage: str = "valid"  # valid | invalid | memory | unpriced
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def rank_orders(degrees: dict[str, int]) -> list[tuple[str, ...]]:
+    """Every distinct order of the dense axes of degree > 1 (each permutation fills the slots
+    those axes hold in Megatron's order, so the identity is Megatron's order itself and the
+    trivial axes and ep stay where they are)."""
+    live = [a for a in DEFAULT_ORDER if degrees.get(a, 1) > 1 and a in DENSE]
+    out = []
+    for perm in itertools.permutations(live):
+        it = iter(perm)
+        out.append(tuple(next(it) if a in live else a for a in DEFAULT_ORDER))
+    return out
+
+
+def candidates(req: PlanRequest) -> list[Candidate]:
+    """Every (tp, cp, ep, dp, pp, micro-batch, ZeRO stage) split of the GPUs, with the reasons
+    the invalid ones cannot run (degrees vs the model, batch divisibility)."""
+    model, seq, B = req.model, req.seq, req.batch
+    out = []
+    for tp in divisors(req.gpus):
+        for cp in divisors(req.gpus // tp):
+            for pp in divisors(req.gpus // (tp * cp)):
+                dp = req.gpus // (tp * cp * pp)
+                eps = (
+                    [e for e in divisors(cp * dp) if model.experts % e == 0]
+                    if model.is_moe
+                    else [1]
+                )
+                for ep in eps:
+                    layout = ParallelLayout(req.gpus, tp, cp, ep, dp, pp)
+                    bad = [why for _, why in violations(layout, model, seq, req.sequence_parallel)]
+                    for b in req.micro_batch_sizes:
+                        reasons = list(bad)
+                        m = B // (dp * b) if B % (dp * b) == 0 else 0
+                        if not m:
+                            reasons.append(
+                                f"global batch {B} is not divisible by dp x micro-batch = "
+                                f"{dp} x {b}"
+                            )
+                        stages = [z for z in req.zero_stages if z == 0 or dp * cp > 1]
+                        if not stages:  # ZeRO asked for, but nothing to shard over
+                            stages = [req.zero_stages[0]]
+                            reasons.append("ZeRO needs dp x cp > 1 to shard over")
+                        for z in stages:
+                            cfg = Config(
+                                tp=tp,
+                                cp=cp,
+                                ep=ep,
+                                dp=dp,
+                                pp=pp,
+                                micro_batch=b,
+                                micro_batches=m,
+                                zero_stage=z,
+                            )
+                            out.append(
+                                Candidate(cfg, list(reasons), "invalid" if reasons else "valid")
+                            )
+    return out
+
+
+# ---- a config named on the command line ---------------------------------------------------------
+_KEYS = {"tp", "cp", "ep", "dp", "pp", "m", "b", "z", "zero", "order"}
+_FIELDS = {"m": "micro_batches", "b": "micro_batch", "z": "zero_stage", "zero": "zero_stage"}
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    """`tp8-pp4-dp1`, `tp8-cp1-dp4-pp1-m8`, or `tp=8,pp=4,zero=1,order=pp-tp-cp-ep-dp` as
+    Config fields (`order` a tuple)."""
+    out: dict[str, Any] = {}
+    items = text.split(",") if "=" in text else text.split("-")
+    for item in filter(None, (s.strip() for s in items)):
+        if "=" in item:
+            key, _, value = item.partition("=")
+        else:
+            mt = re.fullmatch(r"([a-z]+)(\d+)", item)
+            if not mt:
+                raise UsageError(
+                    f"--explain {text!r}: cannot read {item!r} (use e.g. tp8-pp4-dp1 or tp=8,pp=4)"
+                )
+            key, value = mt.groups()
+        key = key.strip()
+        if key not in _KEYS:
+            raise UsageError(
+                f"--explain {text!r}: unknown key {key!r}; use {', '.join(sorted(_KEYS))}"
+            )
+        if key == "order":
+            out["order"] = parse_order(value, "--explain order")
+            continue
+        try:
+            n = int(value)
+        except ValueError:
+            raise UsageError(f"--explain {text!r}: {key}={value!r} is not an integer") from None
+        out[_FIELDS.get(key, key)] = n
+    if not out:
+        raise UsageError(f"--explain {text!r}: name at least one degree, e.g. tp8-pp4")
+    return out
