@@ -58,6 +58,8 @@ class PatternSpec:
     needs_model: bool = True
     needs_moe: bool = False
     sequence_parallel_option: bool = False
+    # tokens are always split over tp (Megatron-Core MoE runs with sequence parallelism)
+    always_sequence_parallel: bool = False
 
     @property
     def Options(self) -> type:  # noqa: N802 - the class
@@ -92,7 +94,9 @@ PATTERNS: dict[str, PatternSpec] = {
         PatternSpec("tp", tp, Axis.TP, Role.IN_LAYER, sequence_parallel_option=True),
         PatternSpec("pp", pp, Axis.PP, Role.PIPELINE, sequence_parallel_option=True),
         PatternSpec("cp", cp, Axis.CP, Role.IN_LAYER),
-        PatternSpec("ep", ep, Axis.EP, Role.IN_LAYER, needs_moe=True),
+        PatternSpec(
+            "ep", ep, Axis.EP, Role.IN_LAYER, needs_moe=True, always_sequence_parallel=True
+        ),
         PatternSpec("collectives", collectives, None, Role.SWEEP, needs_model=False),
     )
 }
