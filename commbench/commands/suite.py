@@ -16,10 +16,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from commbench.commands import common
 from commbench.errors import UsageError
 from commbench.traffic.patterns.base import options_label
+
+if TYPE_CHECKING:
+    from commbench.results.records import Measurement, PointTotals
+    from commbench.traffic.execution import Measured
+    from commbench.traffic.suitefile import Point
 
 HELP = "run strategy traffic suites (tp, dp, zero, pp, cp, ep, collectives, smoke, all)"
 DEFAULT_MAX_BYTES = 128 << 20
@@ -206,7 +212,9 @@ def point_columns():
     ]
 
 
-def breakdown_lines(point, plan, results, totals) -> Iterable[str]:
+def breakdown_lines(
+    point: Point, plan: list[Measured], results: list[Measurement], totals: PointTotals
+) -> Iterable[str]:
     """One line per measured step: op, axis, placement, size x count, time per op, total."""
     from commbench.sizes import format_size
     from commbench.traffic.program import bus_factor
