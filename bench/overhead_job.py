@@ -81,8 +81,8 @@ def main() -> int:
         rec = runners[impl].measure(step, info)
         if rec is None:
             return step.nbytes, 0.0, 0.0
-        assert rec["wrong"] == 0 and rec["loop"] == impl, rec
-        return rec["bytes"], rec["time_us"], rec["time_min_us"]
+        assert rec.wrong == 0 and rec.loop == impl, rec
+        return rec.bytes, rec.time_us, rec.time_min_us
 
     for op in ops:
         for size in sizes:

@@ -66,7 +66,7 @@ def main() -> int:
             for step, p in steps:
                 rec = runner.measure(step, infos[p])
                 if rec is not None:
-                    s.writer.write({**rec, "kind": "collective", "backend": "mpi"})
+                    s.writer.write({**rec.to_json(), "kind": "collective", "backend": "mpi"})
         pipelined.close()
     return 0
 

@@ -21,7 +21,8 @@ from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
 from commbench.formats import imb, nccl_tests, osu
 from commbench.formats.common import Hints
-from commbench.results.rundir import MEASURED_FIELDS, read_run
+from commbench.results.records import MEASURED_FIELDS
+from commbench.results.rundir import read_run
 
 
 def log(tmp_path, name, text):

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from commbench.errors import UsageError
-from commbench.results.rundir import MEASURED_FIELDS, read_run
+from commbench.results.records import MEASURED_FIELDS
+from commbench.results.rundir import read_run
 from commbench.traffic import patterns
 from commbench.traffic.execution import fit_budget, plan
 from commbench.traffic.layout import ParallelLayout

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from commbench.results.rundir import MEASURED_FIELDS, read_run
+from commbench.results.records import MEASURED_FIELDS
+from commbench.results.rundir import read_run
 
 from conftest import REPO, job_env, mpirun_path, run_mpi
 

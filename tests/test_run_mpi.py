@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from commbench.results.rundir import MEASURED_FIELDS, read_run
+from commbench.results.records import MEASURED_FIELDS
+from commbench.results.rundir import read_run
 from commbench.traffic.program import bus_factor
 
 from conftest import needs_torch, run_mpi, run_single

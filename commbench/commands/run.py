@@ -136,6 +136,7 @@ def columns():
 
 def main(args: argparse.Namespace) -> int:
     from commbench.measure.session import Session
+    from commbench.results.records import SweepRecord, fields_of
     from commbench.tables import Table
     from commbench.traffic.program import supports
 
@@ -161,26 +162,26 @@ def main(args: argparse.Namespace) -> int:
         busbw, bad = [], 0
         redop = "sum" if OPS[steps[0].op].reduces else "-"
         for st in steps:
-            rec = s.runner.measure(st, info)
-            if rec is None:
+            m = s.runner.measure(st, info)
+            if m is None:
                 continue
-            rec.update(kind="collective", backend=opts.backend, label=st.label)
-            s.writer.write(rec)
-            busbw.append(rec["busbw_GBps"])
-            bad += rec["wrong"] > 0
+            rec = SweepRecord(**fields_of(m), backend=opts.backend, label=st.label)
+            s.writer.write(rec.to_json())
+            busbw.append(rec.busbw_GBps)
+            bad += rec.wrong > 0
             table.row(
-                rec["bytes"],
-                rec["count"],
+                rec.bytes,
+                rec.count,
                 st.dtype,
                 redop,
                 p,
                 info.link_class,
-                rec["time_us"],
-                rec["time_p95_us"],
-                rec["algbw_GBps"],
-                rec["busbw_GBps"],
-                rec["wrong"] if timing.check else "N/A",
-                rec["iters"],
+                rec.time_us,
+                rec.time_p95_us,
+                rec.algbw_GBps,
+                rec.busbw_GBps,
+                rec.wrong if timing.check else "N/A",
+                rec.iters,
             )
         if s.is_root:
             checked = "checked" if timing.check else "not checked (--no-check)"

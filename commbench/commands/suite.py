@@ -16,10 +16,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from commbench.commands import common
 from commbench.errors import UsageError
 from commbench.traffic.patterns.base import options_label
+
+if TYPE_CHECKING:
+    from commbench.results.records import Measurement, PointTotals
+    from commbench.traffic.execution import Measured
+    from commbench.traffic.points import Point
 
 HELP = "run strategy traffic suites (tp, dp, zero, pp, cp, ep, collectives, smoke, all)"
 DEFAULT_MAX_BYTES = 128 << 20
@@ -84,6 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     """The suite, its points on `world` ranks, and the per-rank byte budget."""
     from commbench.sizes import parse_size
+    from commbench.traffic.layout import parse_order
     from commbench.traffic.model import parse_model_arg
     from commbench.traffic.points import expand
     from commbench.traffic.suitefile import (
@@ -95,11 +102,7 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     )
 
     suite = load_suite(args.suite, args.quick)
-    order = None
-    if args.order is not None:
-        order = tuple(args.order.split("-"))
-        if sorted(order) != sorted(("tp", "cp", "ep", "dp", "pp")):
-            raise UsageError(f"--order {args.order!r} is not a permutation of tp-cp-ep-dp-pp")
+    order = parse_order(args.order, "--order") if args.order is not None else None
     ov = Overrides(
         models=tuple(parse_model_arg(m) for m in args.model or []),
         options=parse_assignments(args.set, "--set"),
@@ -131,21 +134,6 @@ def timing_for(args: argparse.Namespace, run):
         check=args.check,
         isolated=args.isolated,
     )
-
-
-def config_record(point) -> dict:
-    lay = point.layout
-    return {
-        "world": lay.world,
-        "tp": lay.tp,
-        "cp": lay.cp,
-        "ep": lay.ep,
-        "dp": lay.dp,
-        "pp": lay.pp,
-        "edp": lay.edp,
-        "order": "-".join(lay.order),
-        "label": lay.label(),
-    }
 
 
 # ---- dry run ----
@@ -204,65 +192,6 @@ def _fmt(v) -> str:
 
 
 # ---- measuring ----
-def point_summary(point, plan, results: list[dict | None]) -> dict:
-    """Per-point totals from the measured steps: time, bytes, bus bandwidth, breakdown."""
-    from commbench.traffic.execution import bus_bytes
-
-    prog = point.program
-    time_us = bus = nbytes = 0.0
-    wrong = 0
-    breakdown: dict[str, dict] = {}
-    steps = []
-    for m, rec in zip(plan, results):
-        per_op = rec["time_us"] * m.scale
-        wrong += rec["wrong"]
-        for i in m.indices:
-            st = prog.steps[i]
-            total = per_op * st.repeat
-            b = _bytes(st) * st.repeat
-            time_us += total
-            nbytes += b
-            bus += bus_bytes(st, m.info.size) * st.repeat
-            key = f"{st.op}@{st.axis}"
-            row = breakdown.setdefault(key, {"time_us": 0.0, "bytes": 0, "ops": 0})
-            row["time_us"] += total
-            row["bytes"] += b
-            row["ops"] += st.repeat
-            steps.append(
-                {
-                    "index": i,
-                    "op": st.op,
-                    "axis": st.axis,
-                    "phase": st.phase,
-                    "label": st.label,
-                    "dtype": st.dtype,
-                    "bytes": _bytes(st),
-                    "repeat": st.repeat,
-                    "group_size": m.info.size,
-                    "link_class": m.info.link_class,
-                    "time_us": per_op,
-                    "total_us": total,
-                    "measured_bytes": rec["bytes"],
-                    "measured_dtype": rec["dtype"],
-                    "chunks": m.chunks,
-                    "scale": m.scale,
-                    "extrapolated": m.extrapolated,
-                }
-            )
-    steps.sort(key=lambda s: s["index"])
-    t = time_us * 1e-6
-    return {
-        "time_us": time_us,
-        "bytes": int(nbytes),
-        "algbw_GBps": nbytes / t / 1e9 if t > 0 else 0.0,
-        "busbw_GBps": bus / t / 1e9 if t > 0 else 0.0,
-        "wrong": wrong,
-        "extrapolated": any(m.extrapolated for m in plan),
-        "breakdown": breakdown,
-        "steps": steps,
-    }
-
-
 def point_columns():
     from commbench.tables import Column
 
@@ -280,7 +209,9 @@ def point_columns():
     ]
 
 
-def breakdown_lines(point, plan, results, summary) -> Iterable[str]:
+def breakdown_lines(
+    point: Point, plan: list[Measured], results: list[Measurement], totals: PointTotals
+) -> Iterable[str]:
     """One line per measured step: op, axis, placement, size x count, time per op, total."""
     from commbench.sizes import format_size
     from commbench.traffic.program import bus_factor
@@ -288,11 +219,11 @@ def breakdown_lines(point, plan, results, summary) -> Iterable[str]:
     prog = point.program
     for m, rec in zip(plan, results):
         st = prog.steps[m.indices[0]]
-        per_op = rec["time_us"] * m.scale
+        per_op = rec.time_us * m.scale
         total = per_op * m.repeat
         phases = "+".join(dict.fromkeys(prog.steps[i].phase for i in m.indices))
         busbw = _bytes(st) * bus_factor(st.op, m.info.size) / (per_op * 1e-6) / 1e9
-        share = 100 * total / summary["time_us"] if summary["time_us"] else 0.0
+        share = 100 * total / totals.time_us if totals.time_us else 0.0
         yield (
             f"#   {st.op:<14} {st.axis:<8} {m.info.size:>3}x{len(m.info.groups):<3} "
             f"{m.info.link_class:<5} {format_size(_bytes(st)):>10} x {_fmt(m.repeat):<7} "
@@ -338,6 +269,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     """Run every point under one Session; rank 0 prints and writes."""
     import dataclasses
 
+    from commbench.measure.points import point_facts, point_record, point_totals, step_record
     from commbench.measure.session import Session
     from commbench.sizes import format_size
     from commbench.tables import Table
@@ -345,6 +277,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
 
     first_timing = timings[id(points[0].run)]
     with Session(launch, opts, first_timing) as s:
+        assert s.world is not None and s.runner is not None  # opened by the session
         layouts = [dataclasses.replace(pt.layout, nodes=s.nodes) for pt in points]
         plans = [
             plan(pt.program, lay, opts.backend, max_bytes_for(pt, cli_max))
@@ -374,101 +307,36 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
             results = []
             for m in pl:
                 rec = s.runner.measure(m.step, m.info)
-                results.append(rec)
-                if rec is not None:
-                    s.writer.write(step_record(suite, pt, m, rec, opts.backend))
+                if rec is not None:  # rank 0: every measurement, and the writer
+                    assert s.writer is not None
+                    results.append(rec)
+                    s.writer.write(step_record(suite, pt, m, rec, opts.backend).to_json())
             if not s.is_root:
                 continue
-            summary = point_summary(pt, pl, results)
-            bad_points += summary["wrong"] > 0
-            s.writer.write(point_record(suite, pt, summary, opts.backend, pl))
+            totals = point_totals(pt, pl, results)
+            bad_points += totals.wrong > 0
+            assert s.writer is not None
+            s.writer.write(point_record(suite, pt, totals, opts.backend, pl).to_json())
             table.row(
                 pt.index,
                 pt.program.pattern,
                 pt.model.name if pt.model else "-",
                 pt.layout.label(),
                 options_label(pt.swept),
-                summary["time_us"] / 1e3,
-                format_size(summary["bytes"]),
-                summary["busbw_GBps"],
-                summary["wrong"] if first_timing.check else "N/A",
-                "yes" if summary["extrapolated"] else "-",
+                totals.time_us / 1e3,
+                format_size(totals.bytes),
+                totals.busbw_GBps,
+                totals.wrong if first_timing.check else "N/A",
+                "yes" if totals.extrapolated else "-",
             )
-            for line in breakdown_lines(pt, pl, results, summary):
+            for line in breakdown_lines(pt, pl, results, totals):
                 s.say(line)
-            extra = point_extras(pt, summary)
-            if extra:
-                s.say("#   " + ", ".join(f"{k} {_fmt(v)}" for k, v in extra.items()))
+            facts = point_facts(pt, totals)
+            if facts:
+                s.say("#   " + ", ".join(f"{f.label} {_fmt(f.value)}" for f in facts))
         if s.is_root:
+            assert s.writer is not None
             checked = "checked" if first_timing.check else "not checked (--no-check)"
             table.note(f"Points with wrong data : {bad_points} of {len(points)} ({checked})")
             s.say(f"results: {s.writer.path}")
     return 0
-
-
-def point_extras(point, summary: dict) -> dict:
-    """The pattern's facts about the point (the measured pipeline bubble, the MoE imbalance),
-    label -> value."""
-    from commbench.traffic import patterns
-
-    spec = patterns.get(point.program.pattern)
-    facts = spec.point_facts(point.program.meta, summary["time_us"] * 1e-6)
-    return {f.label: f.value for f in facts}
-
-
-def step_record(suite, point, m, rec: dict, backend: str) -> dict:
-    """A measured step: the runner's fields plus where it comes from in the suite."""
-    prog = point.program
-    st = prog.steps[m.indices[0]]
-    return {
-        **rec,
-        "kind": "step",
-        "backend": backend,
-        "suite": suite.name,
-        "run": point.run.name,
-        "point": point.index,
-        "pattern": prog.pattern,
-        "model": point.model.name if point.model else None,
-        "config": config_record(point),
-        "label": st.label,
-        "phases": list(dict.fromkeys(prog.steps[i].phase for i in m.indices)),
-        "program_steps": list(m.indices),
-        "program_bytes": _bytes(st),
-        "program_dtype": st.dtype,
-        "repeat": m.repeat,
-        "chunks": m.chunks,
-        "scale": m.scale,
-        "extrapolated": m.extrapolated,
-        "note": m.note,
-        "time_total_us": rec["time_us"] * m.scale * m.repeat,
-    }
-
-
-def point_record(suite, point, summary: dict, backend: str, plan) -> dict:
-    """A point: enough to rebuild its Program (patterns.rebuild) and compare predictions."""
-    prog = point.program
-    extras = point_extras(point, summary)
-    dtypes = [s.dtype for s in prog.steps]
-    return {
-        "kind": "point",
-        "op": "program",
-        "backend": backend,
-        "dtype": max(set(dtypes), key=dtypes.count),
-        "group_size": point.layout.world,
-        "world_size": point.layout.world,
-        "suite": suite.name,
-        "run": point.run.name,
-        "point": point.index,
-        "pattern": prog.pattern,
-        "model": point.model.name if point.model else None,
-        "model_shape": point.model.to_dict() if point.model else None,
-        "config": config_record(point),
-        "options": point.options.to_dict(),
-        "swept": point.swept,
-        "link_classes": {m.info.axis: m.info.link_class for m in plan},
-        "meta": prog.meta,
-        **summary,
-        **({"bubble_measured": extras["bubble measured"]} if "bubble measured" in extras else {}),
-        "steps_total": len(prog.steps),
-        "measured_steps": len(plan),
-    }

@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from commbench.calibration import Calibration
 
 HELP = "compare a calibration's predictions with measured suite points"
 
@@ -32,15 +36,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", action="store_true", help="also print every step's comparison")
 
 
-def _ms(v) -> str:
+def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1e3:.3f}"
 
 
-def _pct(v) -> str:
+def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:+.1f}"
 
 
-def print_rows(rows, summary, cal, steps: bool, out) -> None:
+def print_rows(
+    rows: list[dict], summary: list[dict], cal: Calibration, steps: bool, out: TextIO
+) -> None:
+    """The rows as a table (with every step's comparison with `steps`), then the summary."""
+    from commbench.results.validation import ValidationRow, ValidationSummary
     from commbench.tables import Column, Table
 
     w = out.write
@@ -64,31 +72,29 @@ def print_rows(rows, summary, cal, steps: bool, out) -> None:
         ],
         out,
     )
-    for r in rows:
-        note = ("x" if r["measured_extrapolated"] else "") + (
-            "*" if r["predicted_extrapolated"] else ""
-        )
+    for r in map(ValidationRow.from_json, rows):
+        note = ("x" if r.measured_extrapolated else "") + ("*" if r.predicted_extrapolated else "")
         t.row(
-            r["run_id"][-22:],
-            r["point"],
-            r["pattern"],
-            r["model"] or "-",
-            r["config"],
-            r["options"] or "-",
-            _ms(r["measured_s"]),
-            _ms(r["predicted_s"]),
-            _pct(r["rel_error"]),
+            r.run_id[-22:],
+            r.point,
+            r.pattern,
+            r.model or "-",
+            r.config,
+            r.options or "-",
+            _ms(r.measured_s),
+            _ms(r.predicted_s),
+            _pct(r.rel_error),
             note or "-",
         )
-        if r["status"] != "ok":
-            w(f"#   not predicted: {r['why']}\n")
+        if r.status != "ok":
+            w(f"#   not predicted: {r.why}\n")
         if steps:
-            for s in r["steps"]:
+            for st in r.steps:
                 w(
-                    f"#   step {s['index']:>3} {s['op']:<14} {s['axis']:<8} p={s['group_size']:<3} "
-                    f"{s['link_class']:<5} {s['bytes']:>10} B x {s['repeat']:<6g} measured "
-                    f"{_ms(s['measured_s'])} ms predicted {_ms(s['predicted_s'])} ms "
-                    f"({_pct(s['rel_error'])}%) {s['error'] or s['method']}\n"
+                    f"#   step {st.index:>3} {st.op:<14} {st.axis:<8} p={st.group_size:<3} "
+                    f"{st.link_class:<5} {st.bytes:>10} B x {st.repeat:<6g} measured "
+                    f"{_ms(st.measured_s)} ms predicted {_ms(st.predicted_s)} ms "
+                    f"({_pct(st.rel_error)}%) {st.error or st.method}\n"
                 )
     w(
         "# note x: the suite measured a chunk of a step larger than --max-bytes and scaled it; "
@@ -107,15 +113,15 @@ def print_rows(rows, summary, cal, steps: bool, out) -> None:
         ],
         out,
     )
-    for x in summary:
+    for x in map(ValidationSummary.from_json, summary):
         s.row(
-            x["pattern"],
-            x["points"],
-            x["not_predicted"],
-            "-" if x["median_abs_error"] is None else f"{100 * x['median_abs_error']:.1f}",
-            "-" if x["max_abs_error"] is None else f"{100 * x['max_abs_error']:.1f}",
-            _pct(x["median_rel_error"]),
-            "-" if x["within_20pct"] is None else f"{x['within_20pct']:.2f}",
+            x.pattern,
+            x.points,
+            x.not_predicted,
+            "-" if x.median_abs_error is None else f"{100 * x.median_abs_error:.1f}",
+            "-" if x.max_abs_error is None else f"{100 * x.max_abs_error:.1f}",
+            _pct(x.median_rel_error),
+            "-" if x.within_20pct is None else f"{x.within_20pct:.2f}",
         )
 
 

@@ -27,7 +27,7 @@ KEY_FIELDS = ("backend", "op", "link_class", "group_size", "dtype", "timing", "p
 DEFAULT_TIMING = "per-iteration"
 DEFAULT_PLACEMENT = "out-of-place"
 USED_KINDS = ("collective", "step", "point")
-# fields a `collective` record must carry for the fitter, beyond results.REQUIRED_FIELDS
+# fields a `collective` record must carry for the fitter, beyond records.REQUIRED_FIELDS
 FIT_FIELDS = ("link_class", "wrong", "timing")
 # the record fields a series key is made of (with kind, which decides whether it is used)
 _RAW_KEY = ("kind", "op", "backend", "link_class", "group_size", "dtype", "timing", "placement")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from commbench.errors import UsageError
 from commbench.fit.collect import canonical_dtype_name, canonical_op
+from commbench.results.records import ImportedRecord, ImportSource
 from commbench.traffic.program import DTYPE_SIZES, OPS, bus_factor
 
 # MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names
@@ -110,36 +111,29 @@ def measured_record(
         count = nbytes // size
     algbw = nbytes / (time_us * 1e-6) / 1e9 if time_us and time_us > 0 else None
     factor = bus_factor(op, group_size)
-    return {
-        "kind": "collective",
-        "op": op,
-        "dtype": dtype,
-        "bytes": int(nbytes),
-        "count": count,
-        "axis": "group",
-        "group_size": group_size,
-        "groups": None,
-        "stride": None,
-        "hosts_spanned": hosts_spanned,
-        "link_class": link_class,
-        "world_size": world_size,
-        "iters": iters,
-        "warmup": warmup,
-        "time_us": time_us,
-        "time_mean_us": time_mean_us,
-        "time_min_us": None,
-        "time_p95_us": None,
-        "algbw_GBps": algbw,
-        "busbw_GBps": algbw * factor if algbw is not None else None,
-        "wrong": wrong,
-        "checked": checked,
-        "timing": timing,
-        "isolated": None,
-        "placement": placement,
-        "backend": backend,
-        "label": f"{tool} {op}",
-        "source": {"tool": tool, "file": str(path), "line": line, "columns": columns},
-    }
+    return ImportedRecord(
+        op=op,
+        dtype=dtype,
+        bytes=int(nbytes),
+        count=count,
+        group_size=group_size,
+        hosts_spanned=hosts_spanned,
+        link_class=link_class,
+        world_size=world_size,
+        iters=iters,
+        warmup=warmup,
+        time_us=time_us,
+        time_mean_us=time_mean_us,
+        algbw_GBps=algbw,
+        busbw_GBps=algbw * factor if algbw is not None else None,
+        wrong=wrong,
+        checked=checked,
+        timing=timing,
+        placement=placement,
+        backend=backend,
+        label=f"{tool} {op}",
+        source=ImportSource(tool=tool, file=str(path), line=line, columns=columns),
+    ).to_json()
 
 
 def number(text: str) -> float | None:

@@ -17,6 +17,7 @@ import numpy as np
 from commbench.measure import diag
 from commbench.measure.bind import BufferPool, bind
 from commbench.measure.transport.base import PER_ITERATION, TIMING_MODES, Communicator
+from commbench.results.records import Measurement
 from commbench.traffic.layout import GroupInfo
 from commbench.traffic.program import Step, bus_factor, dtype_size, record_bytes, step_buffer_bytes
 
@@ -135,9 +136,9 @@ class Runner:
         times = comm.time_loop(bound.fn, iters, self.cfg.timing) * bound.time_scale
         return times, wrong, warmup, iters, comm.loop_kind(bound.fn, self.cfg.timing)
 
-    def measure(self, step: Step, info: GroupInfo) -> dict | None:
+    def measure(self, step: Step, info: GroupInfo) -> Measurement | None:
         """Collective on the world: time `step` on every group of `info` (all at once, or one
-        group at a time with `isolated`). Returns the record fields on world rank 0, else None.
+        group at a time with `isolated`). Returns the measurement on world rank 0, else None.
         Every collective of the point, the stop agreement included, runs under the guard."""
         diag.mark("first_point")
         point, self.points = self.points, self.points + 1
@@ -163,7 +164,7 @@ class Runner:
             return None
         return self._aggregate(step, info, gathered)
 
-    def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> dict:
+    def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> Measurement:
         """Max over each group's ranks per iteration, then over groups; stats and bandwidth."""
         per_group: dict[int, list[np.ndarray]] = {}
         wrong, warmup, iters, loops = 0, 0, 0, set()
@@ -178,7 +179,7 @@ class Runner:
         group_series = {gi: np.max(np.vstack(ts), axis=0) for gi, ts in per_group.items()}
         if self.cfg.isolated:
             medians = {gi: float(np.median(s)) for gi, s in group_series.items()}
-            worst = max(medians, key=medians.get)
+            worst = max(medians, key=lambda g: medians[g])
             series = group_series[worst]
         else:
             series = np.max(np.vstack(list(group_series.values())), axis=0)
@@ -186,24 +187,27 @@ class Runner:
         nbytes = record_bytes(step)
         t = stats["time_us"] * 1e-6
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
-        return {
-            "op": step.op,
-            "dtype": step.dtype,
-            "bytes": nbytes,
-            "count": nbytes // dtype_size(step.dtype),
+        return Measurement(
+            op=step.op,
+            dtype=step.dtype,
+            bytes=nbytes,
+            count=nbytes // dtype_size(step.dtype),
             **info.as_record(),
-            "world_size": self.world.size,
-            "iters": iters,
-            "warmup": warmup,
-            **stats,
-            "algbw_GBps": algbw,
-            "busbw_GBps": algbw * bus_factor(step.op, info.size),
-            "wrong": wrong,
-            "checked": self.cfg.check,
-            "timing": self.cfg.timing,
-            "loop": loops.pop() if len(loops) == 1 else "mixed",
-            "isolated": self.cfg.isolated,
-            "per_group_us": [
+            world_size=self.world.size,
+            iters=iters,
+            warmup=warmup,
+            time_us=stats["time_us"],
+            time_mean_us=stats["time_mean_us"],
+            time_min_us=stats["time_min_us"],
+            time_p95_us=stats["time_p95_us"],
+            algbw_GBps=algbw,
+            busbw_GBps=algbw * bus_factor(step.op, info.size),
+            wrong=wrong,
+            checked=self.cfg.check,
+            timing=self.cfg.timing,
+            loop=loops.pop() if len(loops) == 1 else "mixed",
+            isolated=self.cfg.isolated,
+            per_group_us=[
                 round(float(np.median(group_series[g])) * 1e6, 3) for g in sorted(group_series)
             ],
-        }
+        )

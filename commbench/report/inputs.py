@@ -15,7 +15,8 @@ import numpy as np
 from commbench.errors import UsageError
 from commbench.fit.collect import SeriesKey, collect
 from commbench.results.planfile import PlanFile
-from commbench.results.rundir import Run, is_run_dir, read_run
+from commbench.results.records import PointRecord, StepRecord
+from commbench.results.rundir import RECORDS, Run, is_run_dir, read_run
 from commbench.traffic import patterns
 from commbench.traffic.patterns.base import Role, options_label
 
@@ -175,58 +176,60 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
     record never came (a run cut short), marked incomplete."""
     rows, notes = [], []
     for run in runs:
+        where = str(run.path / RECORDS)
         seen = set()
         for rec in run.records:
             if rec.get("kind") != "point":
                 continue
-            seen.add(rec.get("point"))
-            cfg = rec.get("config") or {}
+            pt = PointRecord.from_json(rec, f"{where}: point {rec.get('point')!r}")
+            seen.add(pt.point)
             rows.append(
                 PointRow(
                     run.path.name,
-                    rec.get("point", -1),
-                    rec.get("pattern", "?"),
-                    rec.get("model") or "-",
-                    cfg.get("label", "?"),
-                    options_label(rec.get("swept")),
-                    float(rec["time_us"]),
-                    {k: float(v["time_us"]) for k, v in (rec.get("breakdown") or {}).items()},
-                    rec.get("bytes"),
-                    rec.get("busbw_GBps"),
-                    int(rec.get("wrong") or 0),
-                    bool(rec.get("extrapolated")),
+                    pt.point,
+                    pt.pattern,
+                    pt.model or "-",
+                    pt.config.label,
+                    options_label(pt.swept),
+                    float(pt.time_us),
+                    {k: float(v.time_us) for k, v in pt.breakdown.items()},
+                    pt.bytes,
+                    pt.busbw_GBps,
+                    pt.wrong,
+                    pt.extrapolated,
                     True,
                     rec,
                 )
             )
-        orphans: dict[int, list[dict]] = {}
+        orphans: dict[int, list[StepRecord]] = {}
         for rec in run.records:
             if rec.get("kind") == "step" and rec.get("point") not in seen:
-                orphans.setdefault(rec.get("point"), []).append(rec)
+                st = StepRecord.from_json(rec, f"{where}: step of point {rec.get('point')!r}")
+                orphans.setdefault(st.point, []).append(st)
         for idx, steps in orphans.items():
             first = steps[0]
             bd: dict[str, float] = {}
             for s in steps:
-                key = f"{s['op']}@{s.get('axis', '?')}"
-                bd[key] = bd.get(key, 0.0) + float(s.get("time_total_us", s["time_us"]))
+                key = f"{s.op}@{s.axis}"
+                bd[key] = bd.get(key, 0.0) + float(s.time_total_us)
             rows.append(
                 PointRow(
                     run.path.name,
                     idx,
-                    first.get("pattern", "?"),
-                    first.get("model") or "-",
-                    (first.get("config") or {}).get("label", "?"),
+                    first.pattern,
+                    first.model or "-",
+                    first.config.label,
                     "-",
                     sum(bd.values()),
                     bd,
-                    wrong=sum(int(s.get("wrong") or 0) for s in steps),
-                    extrapolated=any(s.get("extrapolated") for s in steps),
+                    wrong=sum(s.wrong for s in steps),
+                    extrapolated=any(s.extrapolated for s in steps),
                     complete=False,
                     notes=[f"{len(steps)} measured step(s), no point record (run cut short)"],
                 )
             )
             notes.append(
-                f"{run.path.name}: point {idx} ({first.get('pattern')}) has {len(steps)} step "
+                f"{run.path.name}: point {idx} ({first.pattern}) has {len(steps)} step "
                 "record(s) but no point record: the run stopped inside it; its bar shows the "
                 "steps measured"
             )

@@ -23,39 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.results.records import REQUIRED_FIELDS
 
 SCHEMA_VERSION = 1
 RECORDS = "records.jsonl"
 META = "meta.json"
 STATUSES = ("running", "complete", "interrupted", "failed")
-
-# Fields every record carries, whatever made it.
-REQUIRED_FIELDS = (
-    "schema_version",
-    "run_id",
-    "kind",
-    "op",
-    "backend",
-    "dtype",
-    "bytes",
-    "group_size",
-    "time_us",
-)
-# Fields of a measured op (collective or suite step), per the foundation issue.
-MEASURED_FIELDS = REQUIRED_FIELDS + (
-    "count",
-    "world_size",
-    "link_class",
-    "iters",
-    "warmup",
-    "time_mean_us",
-    "time_min_us",
-    "time_p95_us",
-    "algbw_GBps",
-    "busbw_GBps",
-    "wrong",
-    "timing",
-)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
