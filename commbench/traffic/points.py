@@ -47,7 +47,10 @@ def _layouts(run: RunSpec, model: ModelShape | None, world: int, opts: Any) -> l
     """Valid degree combinations of a run for one model and option set."""
     specs = {a: run.degrees.get(a, ONE) for a in DEGREE_AXES}
     seq = opts.seq(model) if model is not None else 1
-    sp = bool(getattr(opts, "sequence_parallel", False)) or (run.pattern == "ep")
+    sp = (
+        bool(getattr(opts, "sequence_parallel", False))
+        or patterns.get(run.pattern).always_sequence_parallel
+    )
     valid = []
     for values in itertools.product(*(specs[a].candidates(world) for a in DEGREE_AXES)):
         d = dict(zip(DEGREE_AXES, values))
