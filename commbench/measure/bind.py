@@ -1,8 +1,8 @@
 """Bind a Step to buffers on one group: the op closure, its check inputs and expected outputs.
 
 Backend-agnostic: it computes counts, displacements and the exact expected values
-(commbench.measure.checkdata) and asks the Communicator for a bound op. Each rank's input is the pattern
-seeded by its group position, so a misplaced chunk is caught as well as a wrong sum. Inputs
+(commbench.ops.checkdata) and asks the Communicator for a bound op. Each rank's input is the
+pattern seeded by its group position, so a misplaced chunk is caught as well as a wrong sum. Inputs
 and expected values are lazy `Fill`s, written and compared a chunk at a time, so binding
 costs no memory and checking a point costs a few MB whatever its size.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from commbench.measure.checkdata import Fill, concat, count_wrong, fill, fill_sum, fill_zeros
 from commbench.measure.transport.base import Communicator, Fn
+from commbench.ops.checkdata import Fill, concat, count_wrong, fill, fill_sum, fill_zeros
 from commbench.traffic.program import Step, dtype_size
 
 POISON = 1000  # seed of the junk written into receive buffers before a check
