@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from commbench.ops import bus_factor
 from commbench.results.rundir import MEASURED_FIELDS, read_run
-from commbench.traffic.program import bus_factor
 
 from conftest import needs_torch, run_mpi, run_single
 

@@ -40,11 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from commbench.calibration.costmodels import MODELLED_OPS, model_time
+from commbench.dtypes import DTYPE_SIZES
 from commbench.errors import UsageError
 from commbench.fit.collect import SeriesKey, canonical_dtype_name, canonical_op
 from commbench.fit.series import predict_segments
+from commbench.ops import OPS
 from commbench.sizes import format_size
-from commbench.traffic.program import DTYPE_SIZES, OPS
 
 SCHEMA_VERSION = 1
 KINDS = ("measured", "reference")

@@ -30,11 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from commbench.calibration import Calibration, Prediction
+from commbench.dtypes import DTYPE_SIZES
 from commbench.errors import UsageError
 from commbench.fit.collect import canonical_dtype_name
+from commbench.ops import OPS
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
-from commbench.traffic.program import DTYPE_SIZES, OPS, Program, Step, record_bytes
+from commbench.traffic.program import Program, Step
 
 DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
 P2P_OP = "sendrecv"  # a pipeline message is priced as one send/recv between two neighbours
@@ -104,11 +106,7 @@ class ProgramEstimate:
 
 def busiest_bytes(step: Step) -> int:
     """S at which a step is priced: alltoallv the largest per-rank send or receive total."""
-    if step.op == "alltoallv":
-        sent = max(sum(row) for row in step.split)
-        received = max(sum(col) for col in zip(*step.split))
-        return max(sent, received)
-    return record_bytes(step)
+    return OPS[step.op].priced_bytes(step)
 
 
 class Evaluator:
@@ -143,7 +141,7 @@ class Evaluator:
     # ---- one op ----------------------------------------------------------------------------
     def measured_dtypes(self, op: str, p: int, link_class: str) -> set[str]:
         """dtypes the calibration measured op at group size p on link_class (this backend)."""
-        ops = (op, "alltoall") if op == "alltoallv" else (op,)
+        ops = (op, *OPS[op].priced_from)
         out: set[str] = set()
         for (be, o, link, g), dts in self._dtypes.items():
             if o in ops and link == link_class and g == p and (self.backend in (None, be)):
@@ -199,7 +197,7 @@ class Evaluator:
             group_size=size,
             link_class=link_class,
         )
-        if step.op == "p2p_schedule":
+        if OPS[step.op].scheduled:
             return self._schedule(step, base)
         nbytes = busiest_bytes(run)
         pr = self.price(step.op, nbytes, size, link_class, run.dtype)

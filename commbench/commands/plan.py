@@ -152,10 +152,10 @@ def load_calibration(path: str | None):
 
 def request_from_args(args: argparse.Namespace, cal):
     """A PlanRequest from the flags, the calibration's device filling the defaults."""
+    from commbench.dtypes import canonical_dtype
     from commbench.errors import UsageError
     from commbench.plan import DEFAULT_MFU, PlanRequest
     from commbench.traffic.models import parse_model_arg
-    from commbench.traffic.program import canonical_dtype
 
     device = cal.doc.get("device") or {}
     if args.backend is None and len(cal.backends) > 1:

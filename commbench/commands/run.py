@@ -13,15 +13,17 @@ from __future__ import annotations
 import argparse
 
 from commbench.commands import common
+from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
+from commbench.ops import SWEEP_OPS, op_spec
 from commbench.sizes import parse_size, parse_sizes, sweep
-from commbench.traffic.program import OPS, Step, canonical_dtype, op_spec, round_bytes
+from commbench.traffic.program import Step
 
 HELP = "sweep one collective over message sizes (nccl-tests / OSU style)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", help=f"one of: {', '.join(o for o in OPS if o != 'p2p_schedule')}")
+    p.add_argument("op", help=f"one of: {', '.join(SWEEP_OPS)}")
     g = p.add_argument_group("sizes (K/M/G are powers of 1024)")
     g.add_argument("-b", "--minbytes", default="8", help="smallest S (default: %(default)s)")
     g.add_argument("-e", "--maxbytes", default="16M", help="largest S (default: %(default)s)")
@@ -66,8 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
     """Validate the sweep against the world size; the Steps to run and the group size."""
     spec = op_spec(args.op)
-    if spec.name == "p2p_schedule":
-        raise UsageError("p2p_schedule is built by the pp pattern: use `commbench suite pp`")
+    if spec.built_by:
+        raise UsageError(
+            f"{spec.name} is built by the {spec.built_by} pattern: "
+            f"use `commbench suite {spec.built_by}`"
+        )
     dtype = canonical_dtype(args.dtype)
     if args.sizes:
         sizes = parse_sizes(args.sizes)
@@ -88,18 +93,10 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
             f"{spec.name} needs a group of {need} ranks; this one has {p} "
             f"(world {world}, --group-size {args.group_size})"
         )
-    if spec.name == "sendrecv" and p > 1 and (args.peer % p == 0 or abs(args.peer) >= p):
-        raise UsageError(
-            f"--peer {args.peer}: sendrecv in a group of {p} needs a peer offset between "
-            f"1 and {p - 1} (or -1 and -{p - 1})"
-        )
     steps: dict[int, Step] = {}
     for s in sizes:
-        nbytes = round_bytes(spec.name, s, p, dtype)
-        split = None
-        if spec.name == "alltoallv":  # run sweeps the even split; EP suites bring the skew
-            split = tuple(tuple([nbytes // p] * p) for _ in range(p))
-            nbytes = nbytes // p * p
+        nbytes = spec.round_bytes(s, p, dtype)
+        fields = spec.sweep_fields(nbytes, p, args.peer)  # op-specific: a split, a --peer check
         steps.setdefault(
             nbytes,
             Step(
@@ -108,8 +105,8 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
                 axis="group",
                 dtype=dtype,
                 label=spec.name,
-                split=split,
                 peer=args.peer,
+                **fields,
             ),
         )
     return list(steps.values()), p
@@ -137,7 +134,7 @@ def columns():
 def main(args: argparse.Namespace) -> int:
     from commbench.console import Table
     from commbench.measure.session import Session
-    from commbench.traffic.program import supports
+    from commbench.ops import supports
 
     launch = common.launch_info()
     steps, p = build_steps(args, launch.size)
@@ -159,7 +156,7 @@ def main(args: argparse.Namespace) -> int:
         )
         table = Table(columns())
         busbw, bad = [], 0
-        redop = "sum" if OPS[steps[0].op].reduces else "-"
+        redop = "sum" if op_spec(steps[0].op).reduces else "-"
         for st in steps:
             rec = s.runner.measure(st, info)
             if rec is None:

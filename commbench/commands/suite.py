@@ -192,7 +192,7 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
 
 
 def _bytes(step) -> int:
-    from commbench.traffic.program import record_bytes
+    from commbench.ops import record_bytes
 
     return record_bytes(step)
 
@@ -282,8 +282,8 @@ def point_columns():
 
 def breakdown_lines(point, plan, results, summary) -> Iterable[str]:
     """One line per measured step: op, axis, placement, size x count, time per op, total."""
+    from commbench.ops import bus_factor
     from commbench.sizes import format_size
-    from commbench.traffic.program import bus_factor
 
     prog = point.program
     for m, rec in zip(plan, results):

@@ -26,7 +26,7 @@ from commbench.formats.common import (
     read_lines,
     time_cell,
 )
-from commbench.traffic.program import bus_factor
+from commbench.ops import OPS, bus_factor
 
 TOOL = "nccl-tests"
 BINARY_OPS = {
@@ -86,15 +86,11 @@ def _infer_op(rows: list[dict], p: int) -> str | None:
     unrooted = root is None or root < 0
     rooted = root is None or root >= 0
     cands = [
-        ("allreduce", reduces and unrooted),
-        ("reduce_scatter", reduces and unrooted),
-        ("allgather", not reduces and unrooted),
-        ("alltoall", not reduces and unrooted),
-        ("broadcast", not reduces and rooted),
-        ("reduce", reduces and rooted),
-        ("sendrecv", not reduces and unrooted),
+        op
+        for op in BINARY_OPS.values()
+        if OPS[op].reduces == reduces and (rooted if OPS[op].rooted else unrooted)
     ]
-    ops = {op for op, ok in cands if ok and abs(ratio - (f := bus_factor(op, p))) <= tol * f}
+    ops = {op for op in cands if abs(ratio - (f := bus_factor(op, p))) <= tol * f}
     return ops.pop() if len(ops) == 1 else None
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from commbench.calibration import Calibration
 from commbench.calibration.pricing import Evaluator, ProgramEstimate
+from commbench.dtypes import dtype_size
 from commbench.errors import UsageError
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout, host_map
@@ -53,7 +54,7 @@ from commbench.traffic.models import (
     training_memory,
 )
 from commbench.traffic.patterns.base import resolve_axis, violations
-from commbench.traffic.program import Program, dtype_size
+from commbench.traffic.program import Program
 
 GB = 1e9
 COMM_BOUND = 0.30  # seed article: communication over ~30% of the step

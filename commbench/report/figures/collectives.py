@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from commbench.ops import bus_factor
 from commbench.report.figures import (
     WIDTH,
     Figure,
@@ -23,7 +24,6 @@ from commbench.report.figures import (
 )
 from commbench.report.inputs import Curve
 from commbench.sizes import format_size
-from commbench.traffic.program import bus_factor
 
 KEY_EXTRAS = ("dtype", "backend", "timing", "placement")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from commbench.dtypes import dtype_size
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.models import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, buckets, check, dp_axis, dp_size
-from commbench.traffic.program import Program, Step, dtype_size
+from commbench.traffic.program import Program, Step
 
 NAME = "dp"
 AXIS = "dp"
