@@ -28,12 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from commbench.calibration import Calibration, Prediction
 from commbench.dtypes import DTYPE_SIZES
 from commbench.errors import UsageError
 from commbench.fit.collect import canonical_dtype_name
 from commbench.ops import OPS
+from commbench.ops.p2p_schedule import schedule_of
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
 from commbench.traffic.program import Program, Step
@@ -93,11 +95,11 @@ class ProgramEstimate:
 
     @property
     def total_s(self) -> float | None:
-        return None if self.error else sum(s.total_s for s in self.steps)
+        return None if self.error else sum(s.total_s for s in self.steps if s.total_s is not None)
 
     @property
     def comm_s(self) -> float | None:
-        return None if self.error else sum(s.comm_s for s in self.steps)
+        return None if self.error else sum(s.comm_s for s in self.steps if s.comm_s is not None)
 
     @property
     def extrapolated(self) -> bool:
@@ -186,7 +188,7 @@ class Evaluator:
         run = step
         if self.backend is not None and size > 1 and step.op in OPS and OPS[step.op].reduces:
             run, _ = substitute_dtype(step, size, self.backend)
-        base = dict(
+        base: dict[str, Any] = dict(
             index=index,
             op=step.op,
             axis=step.axis,
@@ -211,6 +213,7 @@ class Evaluator:
                 method=pr.method,
                 error=pr.error,
             )
+        assert pr.seconds is not None  # priced without error
         total = pr.seconds * step.repeat
         notes = list(pr.notes)
         if run.dtype != step.dtype:
@@ -226,12 +229,12 @@ class Evaluator:
             notes=notes,
         )
 
-    def _schedule(self, step: Step, base: dict) -> StepEstimate:
+    def _schedule(self, step: Step, base: dict[str, Any]) -> StepEstimate:
         """Simulate a p2p schedule with every message priced as a neighbour send/recv."""
         from commbench.traffic.patterns.pp import simulate
 
-        link = base["link_class"]
-        sizes = sorted({a.nbytes for acts in step.schedule for a in acts if a.kind == "send"})
+        link, schedule = base["link_class"], schedule_of(step)
+        sizes = sorted({a.nbytes for acts in schedule for a in acts if a.kind == "send"})
         priced = {n: self.price(P2P_OP, n, P2P_GROUP, link, step.dtype) for n in sizes}
         failed = [p for p in priced.values() if p.error]
         used = [p for p in priced.values() if not p.error]
@@ -246,12 +249,12 @@ class Evaluator:
                 method="not priced",
                 error=f"pipeline messages: {failed[0].error}",
             )
-        seconds = {n: p.seconds for n, p in priced.items()}
-        makespan, _ = simulate(step.schedule, seconds.__getitem__)
-        free = self._free.get(id(step.schedule))
+        seconds = {n: p.seconds for n, p in priced.items() if p.seconds is not None}
+        makespan, _ = simulate(schedule, seconds.__getitem__)
+        free = self._free.get(id(schedule))
         if free is None:  # the makespan with free messages depends on the schedule only
-            free = self._free[id(step.schedule)] = simulate(step.schedule, 0.0)[0]
-            self._keep.append(step.schedule)  # keep the id valid while cached
+            free = self._free[id(schedule)] = simulate(schedule, 0.0)[0]
+            self._keep.append(schedule)  # keep the id valid while cached
         total = makespan * step.repeat
         first = used[0] if used else Priced(0.0, "no messages")
         return StepEstimate(

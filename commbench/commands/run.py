@@ -146,6 +146,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench.traffic.layout import sweep_mesh
 
     with Session(launch, opts, timing) as s:
+        assert s.world is not None and s.runner is not None  # opened by Session.__enter__
         info = sweep_mesh(s.world.size, p, args.placement, s.nodes).info("group")
         s.runner.reserve([(st, info) for st in steps])
         s.say(
@@ -161,6 +162,7 @@ def main(args: argparse.Namespace) -> int:
             rec = s.runner.measure(st, info)
             if rec is None:
                 continue
+            assert s.writer is not None  # records come back on rank 0, which writes them
             rec.update(kind="collective", backend=opts.backend, label=st.label)
             s.writer.write(rec)
             busbw.append(rec["busbw_GBps"])
@@ -180,6 +182,7 @@ def main(args: argparse.Namespace) -> int:
                 rec["iters"],
             )
         if s.is_root:
+            assert s.writer is not None
             checked = "checked" if timing.check else "not checked (--no-check)"
             table.note(f"Points with wrong data : {bad} of {len(busbw)} ({checked})")
             table.note(f"Avg bus bandwidth      : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")

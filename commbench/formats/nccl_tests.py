@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from commbench.errors import UsageError
 from commbench.formats.common import (
@@ -107,7 +108,8 @@ class _Section:
     def __init__(self, start: int, binary: str | None) -> None:
         self.start = start
         self.binary = binary
-        self.iters = self.warmup = None
+        self.iters: int | None = None
+        self.warmup: int | None = None
         self.check = True
         self.blocking = False
         self.ranks: list[tuple[int, int, str, str]] = []  # rank, group, host, device
@@ -207,8 +209,8 @@ def parse(path: Path, hints: Hints) -> Imported:
         hosts = list(dict.fromkeys(hosts + [h for _, _, h, _ in sec.ranks]))
         # group size and link class from the rank lines
         by_group: dict[int, list[str]] = {}
-        for _, g, h, _ in sec.ranks:
-            by_group.setdefault(g, []).append(h)
+        for _, group, h, _ in sec.ranks:
+            by_group.setdefault(group, []).append(h)
         sizes = {len(v) for v in by_group.values()}
         if len(sizes) > 1:
             raise UsageError(f"{where}: groups of different sizes {sorted(sizes)} in one run")
@@ -221,7 +223,7 @@ def parse(path: Path, hints: Hints) -> Imported:
             link_log = "inter" if any(len(set(v)) > 1 for v in by_group.values()) else "intra"
         link = hints.resolve("link_class", link_log, where, "the log names no hosts")
         # parse rows
-        rows = []
+        rows: list[dict[str, Any]] = []
         for n, tok in sec.rows:
             if len(tok) != len(sec.header):
                 if n == last_row_line:
