@@ -1,7 +1,7 @@
 """A Program's predicted time through a calibration: the one evaluation `plan` and `validate` share.
 
-Each Step is priced as the suite would run it (DESIGN.md section 2: the same Program is executed
-to measure it and evaluated to predict it), by `Calibration.explain` at the step's S, group size
+Each Step is priced as the suite would run it (the same Program is executed to measure it and
+evaluated to predict it), by `Calibration.explain` at the step's S, group size
 and link class, times its repeat. The rules, in order:
 
 - backend: a reduction the calibration's backend cannot do in the step's dtype runs as float32
@@ -12,8 +12,8 @@ and link class, times its repeat. The rules, in order:
   dtypes, the one of the same element size (else any) prices it by bytes, and the step says so;
 - alltoallv: S is the busiest rank's bytes, the largest of any rank's send or receive total (the
   rank that finishes last under router skew; the calibration's all-to-all series take S = one
-  rank's send buffer, DESIGN.md section 4);
-- p2p_schedule (a pipeline): the per-position action lists are simulated (patterns.pp.simulate:
+  rank's send buffer, as nccl-tests); each op says its own (OpSpec.priced_bytes, priced_from);
+- p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated (patterns.pp.simulate:
   non-blocking sends, blocking receives, compute as given, as the runner executes them), every
   message taking predict("sendrecv", bytes, 2, link of the axis): one pair of neighbours. The
   step's time is the makespan (it includes the schedule's own compute, like the suite's point

@@ -43,35 +43,35 @@ class Bound:
     """A step ready to run: `fn` is timed; prepare/verify/reset bracket one checked call."""
 
     comm: Communicator
-    op: Binding
+    binding: Binding
 
     @property
     def fn(self) -> Fn:
-        return self.op.fn
+        return self.binding.fn
 
     @property
     def time_scale(self) -> float:
-        return self.op.time_scale
+        return self.binding.time_scale
 
     def prepare(self) -> None:
         """Write inputs (and poison receive buffers) before the checked call."""
-        for view, values in self.op.inputs:
+        for view, values in self.binding.inputs:
             write_fill(self.comm, view, values)
-        if self.op.inline is not None:
-            self.op.inline.checking, self.op.inline.wrong = True, 0
+        if self.binding.inline is not None:
+            self.binding.inline.checking, self.binding.inline.wrong = True, 0
         self.comm.sync()
 
     def verify(self) -> int:
         """Elements that differ from the exact expected result on this rank."""
-        wrong = sum(count_wrong_fill(self.comm, v, e) for v, e in self.op.expected)
-        if self.op.inline is not None:
-            wrong += self.op.inline.wrong
-            self.op.inline.checking = False
+        wrong = sum(count_wrong_fill(self.comm, v, e) for v, e in self.binding.expected)
+        if self.binding.inline is not None:
+            wrong += self.binding.inline.wrong
+            self.binding.inline.checking = False
         return wrong
 
     def reset(self) -> None:
         """Zero buffers that in-place reductions keep growing, so timed values stay finite."""
-        for view, zeros in self.op.zero_after:
+        for view, zeros in self.binding.zero_after:
             write_fill(self.comm, view, zeros)
         self.comm.sync()
 

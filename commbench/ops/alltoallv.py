@@ -19,6 +19,7 @@ Split = tuple[tuple[int, ...], ...]
 
 
 def split_of(step: Step) -> Split:
+    """The step's split (Step guarantees it for this op)."""
     assert step.split is not None, step
     return step.split
 

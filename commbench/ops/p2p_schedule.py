@@ -21,6 +21,7 @@ SEND, RECV, COMPUTE = 1, 2, 0
 
 
 def schedule_of(step: Step) -> Schedule:
+    """The step's action lists (Step guarantees them for this op)."""
     assert step.schedule is not None, step
     return step.schedule
 
@@ -76,6 +77,7 @@ def shrink(step: Step, p: int, max_bytes: int, k: int) -> Fit:
 
 
 def valid(step: Step) -> bool:
+    """Carries its action lists."""
     return step.schedule is not None
 
 
