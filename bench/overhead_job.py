@@ -23,10 +23,11 @@ from pathlib import Path
 from commbench.measure.runner import Runner, TimingConfig
 from commbench.measure.transport import native
 from commbench.measure.transport.mpi import MPI, MPICommunicator
+from commbench.ops import round_bytes
 
 # commbench first: it initialises MPI (thread level "serialized") before the floor imports it
 from commbench.traffic.layout import sweep_mesh
-from commbench.traffic.program import Step, round_bytes
+from commbench.traffic.program import Step
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

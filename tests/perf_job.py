@@ -16,8 +16,9 @@ from commbench.measure.launch import detect
 from commbench.measure.runner import Runner, TimingConfig
 from commbench.measure.session import Session, SessionOptions
 from commbench.measure.transport.base import PER_ITERATION, PIPELINED
+from commbench.ops import round_bytes
 from commbench.traffic.layout import sweep_mesh
-from commbench.traffic.program import Action, Step, round_bytes
+from commbench.traffic.program import Action, Step
 
 SIZES = (8, 1000, 64 << 10)
 

@@ -12,7 +12,7 @@ import numpy as np
 from commbench.calibration import Calibration
 from commbench.fit import calibrate
 from commbench.fit.collect import Collected, SeriesData, SeriesKey
-from commbench.traffic.program import bus_factor
+from commbench.ops import bus_factor
 
 ALPHA_S = 20e-6  # stated latency per op (synthetic)
 BUSBW = 2e9  # stated bus bandwidth, B/s (synthetic)

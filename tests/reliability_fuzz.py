@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from commbench import calibration
 from commbench.errors import UsageError
 from commbench.fit.collect import FIT_FIELDS, collect
+from commbench.ops import OPS
 from commbench.results.rundir import Run, _check_record
 from commbench.traffic import patterns
 from commbench.traffic.model import ModelShape
-from commbench.traffic.program import OPS
 from commbench.traffic.suitefile import DEGREE_AXES, RUN_KEYS, SUITE_KEYS
 
 # ---- shared ----

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from commbench.measure.checkdata import (
+from commbench.ops.checkdata import (
     CHUNK,
     concat,
     fill,

@@ -2,8 +2,10 @@
 
 import pytest
 
+from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
-from commbench.traffic.program import OPS, bus_factor, canonical_dtype, op_spec, round_bytes
+from commbench.ops import OPS, bus_factor, op_spec, round_bytes
+from commbench.traffic.program import Step
 
 
 @pytest.mark.parametrize("p", [1, 2, 4, 8, 16])
@@ -17,10 +19,10 @@ def test_bus_factors(p):
 
 def test_send_recv_bytes_follow_nccl_tests():
     # allgather: S is the gathered output; reduce_scatter: S is the input
-    assert OPS["allgather"].send_recv_bytes(1024, 4) == (256, 1024)
-    assert OPS["reduce_scatter"].send_recv_bytes(1024, 4) == (1024, 256)
-    assert OPS["allreduce"].send_recv_bytes(1024, 4) == (1024, 1024)
-    assert OPS["alltoall"].send_recv_bytes(1024, 4) == (1024, 1024)
+    assert OPS["allgather"].buffers(Step("allgather", 1024), 4) == (256, 1024)
+    assert OPS["reduce_scatter"].buffers(Step("reduce_scatter", 1024), 4) == (1024, 256)
+    assert OPS["allreduce"].buffers(Step("allreduce", 1024), 4) == (1024, 1024)
+    assert OPS["alltoall"].buffers(Step("alltoall", 1024), 4) == (1024, 1024)
 
 
 def test_round_bytes():

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from commbench.ops import bus_factor
 from commbench.results.records import MEASURED_FIELDS
 from commbench.results.rundir import read_run
-from commbench.traffic.program import bus_factor
 
 from conftest import needs_torch, run_mpi, run_single
 

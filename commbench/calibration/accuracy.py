@@ -24,12 +24,13 @@ from statistics import median
 
 from commbench.calibration import Calibration
 from commbench.calibration.pricing import Evaluator
+from commbench.dtypes import dtype_size
 from commbench.errors import UsageError
 from commbench.results.records import PointRecord, PointStep
 from commbench.results.rundir import RECORDS, Run, read_run
 from commbench.results.validation import ValidationRow, ValidationStep, ValidationSummary
 from commbench.traffic.patterns.base import options_label
-from commbench.traffic.program import Program, dtype_size
+from commbench.traffic.program import Program
 
 GOAL = 0.20  # the issue's accuracy goal: median |error| per pattern under 20%
 
@@ -43,7 +44,8 @@ def _rel(pred: float | None, meas: float | None) -> float | None:
 def as_executed(program: Program, measured_steps: list[PointStep]) -> Program:
     """The point's Program as the suite ran it: chunked steps as their measured chunk and split
     pipelines as their pieces (execution's own helpers), each repeat times the suite's scale."""
-    from commbench.traffic.execution import shrink_split, split_schedule
+    from commbench.ops.alltoallv import shrink_split
+    from commbench.ops.p2p_schedule import split_schedule
 
     measured = {s.index: s for s in measured_steps}
     steps = []

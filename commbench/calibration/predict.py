@@ -23,11 +23,12 @@ import math
 from dataclasses import dataclass, field
 
 from commbench.calibration.costmodels import MODELLED_OPS, model_time
+from commbench.dtypes import DTYPE_SIZES
 from commbench.errors import UsageError
 from commbench.fit.collect import SeriesKey, canonical_dtype_name, canonical_op
 from commbench.fit.series import predict_segments
+from commbench.ops import OPS
 from commbench.sizes import format_size
-from commbench.traffic.program import DTYPE_SIZES, OPS
 
 TIMING_PREFERENCE = ("per-iteration", "pipelined")
 PLACEMENT_PREFERENCE = ("out-of-place", "in-place")

@@ -1,7 +1,7 @@
 """A Program's predicted time through a calibration: the one evaluation `plan` and `validate` share.
 
-Each Step is priced as the suite would run it (DESIGN.md section 2: the same Program is executed
-to measure it and evaluated to predict it), by `Calibration.explain` at the step's S, group size
+Each Step is priced as the suite would run it (the same Program is executed to measure it and
+evaluated to predict it), by `Calibration.explain` at the step's S, group size
 and link class, times its repeat. The rules, in order:
 
 - backend: a reduction the calibration's backend cannot do in the step's dtype runs as float32
@@ -12,8 +12,8 @@ and link class, times its repeat. The rules, in order:
   dtypes, the one of the same element size (else any) prices it by bytes, and the step says so;
 - alltoallv: S is the busiest rank's bytes, the largest of any rank's send or receive total (the
   rank that finishes last under router skew; the calibration's all-to-all series take S = one
-  rank's send buffer, DESIGN.md section 4);
-- p2p_schedule (a pipeline): the per-position action lists are simulated (patterns.pp.simulate:
+  rank's send buffer, as nccl-tests); each op says its own (OpSpec.priced_bytes, priced_from);
+- p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated (patterns.pp.simulate:
   non-blocking sends, blocking receives, compute as given, as the runner executes them), every
   message taking predict("sendrecv", bytes, 2, link of the axis): one pair of neighbours. The
   step's time is the makespan (it includes the schedule's own compute, like the suite's point
@@ -28,13 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from commbench.calibration import Calibration, Prediction
+from commbench.dtypes import DTYPE_SIZES
 from commbench.errors import UsageError
 from commbench.fit.collect import canonical_dtype_name
+from commbench.ops import OPS
+from commbench.ops.p2p_schedule import schedule_of
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
-from commbench.traffic.program import DTYPE_SIZES, OPS, Program, Step, record_bytes
+from commbench.traffic.program import Program, Step
 
 DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
 P2P_OP = "sendrecv"  # a pipeline message is priced as one send/recv between two neighbours
@@ -91,11 +95,11 @@ class ProgramEstimate:
 
     @property
     def total_s(self) -> float | None:
-        return None if self.error else sum(s.total_s for s in self.steps)
+        return None if self.error else sum(s.total_s for s in self.steps if s.total_s is not None)
 
     @property
     def comm_s(self) -> float | None:
-        return None if self.error else sum(s.comm_s for s in self.steps)
+        return None if self.error else sum(s.comm_s for s in self.steps if s.comm_s is not None)
 
     @property
     def extrapolated(self) -> bool:
@@ -104,11 +108,7 @@ class ProgramEstimate:
 
 def busiest_bytes(step: Step) -> int:
     """S at which a step is priced: alltoallv the largest per-rank send or receive total."""
-    if step.op == "alltoallv":
-        sent = max(sum(row) for row in step.split)
-        received = max(sum(col) for col in zip(*step.split))
-        return max(sent, received)
-    return record_bytes(step)
+    return OPS[step.op].priced_bytes(step)
 
 
 class Evaluator:
@@ -143,7 +143,7 @@ class Evaluator:
     # ---- one op ----------------------------------------------------------------------------
     def measured_dtypes(self, op: str, p: int, link_class: str) -> set[str]:
         """dtypes the calibration measured op at group size p on link_class (this backend)."""
-        ops = (op, "alltoall") if op == "alltoallv" else (op,)
+        ops = (op, *OPS[op].priced_from)
         out: set[str] = set()
         for (be, o, link, g), dts in self._dtypes.items():
             if o in ops and link == link_class and g == p and (self.backend in (None, be)):
@@ -188,7 +188,7 @@ class Evaluator:
         run = step
         if self.backend is not None and size > 1 and step.op in OPS and OPS[step.op].reduces:
             run, _ = substitute_dtype(step, size, self.backend)
-        base = dict(
+        base: dict[str, Any] = dict(
             index=index,
             op=step.op,
             axis=step.axis,
@@ -199,7 +199,7 @@ class Evaluator:
             group_size=size,
             link_class=link_class,
         )
-        if step.op == "p2p_schedule":
+        if OPS[step.op].scheduled:
             return self._schedule(step, base)
         nbytes = busiest_bytes(run)
         pr = self.price(step.op, nbytes, size, link_class, run.dtype)
@@ -213,6 +213,7 @@ class Evaluator:
                 method=pr.method,
                 error=pr.error,
             )
+        assert pr.seconds is not None  # priced without error
         total = pr.seconds * step.repeat
         notes = list(pr.notes)
         if run.dtype != step.dtype:
@@ -228,12 +229,12 @@ class Evaluator:
             notes=notes,
         )
 
-    def _schedule(self, step: Step, base: dict) -> StepEstimate:
+    def _schedule(self, step: Step, base: dict[str, Any]) -> StepEstimate:
         """Simulate a p2p schedule with every message priced as a neighbour send/recv."""
         from commbench.traffic.patterns.pp import simulate
 
-        link = base["link_class"]
-        sizes = sorted({a.nbytes for acts in step.schedule for a in acts if a.kind == "send"})
+        link, schedule = base["link_class"], schedule_of(step)
+        sizes = sorted({a.nbytes for acts in schedule for a in acts if a.kind == "send"})
         priced = {n: self.price(P2P_OP, n, P2P_GROUP, link, step.dtype) for n in sizes}
         failed = [p for p in priced.values() if p.error]
         used = [p for p in priced.values() if not p.error]
@@ -248,12 +249,12 @@ class Evaluator:
                 method="not priced",
                 error=f"pipeline messages: {failed[0].error}",
             )
-        seconds = {n: p.seconds for n, p in priced.items()}
-        makespan, _ = simulate(step.schedule, seconds.__getitem__)
-        free = self._free.get(id(step.schedule))
+        seconds = {n: p.seconds for n, p in priced.items() if p.seconds is not None}
+        makespan, _ = simulate(schedule, seconds.__getitem__)
+        free = self._free.get(id(schedule))
         if free is None:  # the makespan with free messages depends on the schedule only
-            free = self._free[id(step.schedule)] = simulate(step.schedule, 0.0)[0]
-            self._keep.append(step.schedule)  # keep the id valid while cached
+            free = self._free[id(schedule)] = simulate(schedule, 0.0)[0]
+            self._keep.append(schedule)  # keep the id valid while cached
         total = makespan * step.repeat
         first = used[0] if used else Priced(0.0, "no messages")
         return StepEstimate(

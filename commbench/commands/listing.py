@@ -60,14 +60,11 @@ def models() -> list[str]:
 
 
 def ops() -> list[str]:
-    from commbench.traffic.program import OPS
+    from commbench.ops import OPS
 
-    factors = {1.0: "1", 0.5: "(p-1)/p"}
     lines = ["# ops (bytes S and bus bandwidth as nccl-tests; p = group size)"]
     for spec in OPS.values():
-        f = spec.bus_factor(2)
-        factor = "2(p-1)/p" if f == 1.0 and spec.bus_factor(4) == 1.5 else factors.get(f, f)
-        lines.append(f"  {spec.name:<14} busbw factor {factor:<9} {spec.doc}")
+        lines.append(f"  {spec.name:<14} busbw factor {spec.bus_formula:<9} {spec.doc}")
     return lines
 
 

@@ -13,15 +13,17 @@ from __future__ import annotations
 import argparse
 
 from commbench.commands import common
+from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
+from commbench.ops import SWEEP_OPS, op_spec
 from commbench.sizes import parse_size, parse_sizes, sweep
-from commbench.traffic.program import OPS, Step, canonical_dtype, op_spec, round_bytes
+from commbench.traffic.program import Step
 
 HELP = "sweep one collective over message sizes (nccl-tests / OSU style)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", help=f"one of: {', '.join(o for o in OPS if o != 'p2p_schedule')}")
+    p.add_argument("op", help=f"one of: {', '.join(SWEEP_OPS)}")
     g = p.add_argument_group("sizes (K/M/G are powers of 1024)")
     g.add_argument("-b", "--minbytes", default="8", help="smallest S (default: %(default)s)")
     g.add_argument("-e", "--maxbytes", default="16M", help="largest S (default: %(default)s)")
@@ -66,8 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
     """Validate the sweep against the world size; the Steps to run and the group size."""
     spec = op_spec(args.op)
-    if spec.name == "p2p_schedule":
-        raise UsageError("p2p_schedule is built by the pp pattern: use `commbench suite pp`")
+    if spec.built_by:
+        raise UsageError(
+            f"{spec.name} is built by the {spec.built_by} pattern: "
+            f"use `commbench suite {spec.built_by}`"
+        )
     dtype = canonical_dtype(args.dtype)
     if args.sizes:
         sizes = parse_sizes(args.sizes)
@@ -88,18 +93,10 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
             f"{spec.name} needs a group of {need} ranks; this one has {p} "
             f"(world {world}, --group-size {args.group_size})"
         )
-    if spec.name == "sendrecv" and p > 1 and (args.peer % p == 0 or abs(args.peer) >= p):
-        raise UsageError(
-            f"--peer {args.peer}: sendrecv in a group of {p} needs a peer offset between "
-            f"1 and {p - 1} (or -1 and -{p - 1})"
-        )
     steps: dict[int, Step] = {}
     for s in sizes:
-        nbytes = round_bytes(spec.name, s, p, dtype)
-        split = None
-        if spec.name == "alltoallv":  # run sweeps the even split; EP suites bring the skew
-            split = tuple(tuple([nbytes // p] * p) for _ in range(p))
-            nbytes = nbytes // p * p
+        nbytes = spec.round_bytes(s, p, dtype)
+        fields = spec.sweep_fields(nbytes, p, args.peer)  # op-specific: a split, a --peer check
         steps.setdefault(
             nbytes,
             Step(
@@ -108,8 +105,8 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
                 axis="group",
                 dtype=dtype,
                 label=spec.name,
-                split=split,
                 peer=args.peer,
+                **fields,
             ),
         )
     return list(steps.values()), p
@@ -136,9 +133,9 @@ def columns():
 
 def main(args: argparse.Namespace) -> int:
     from commbench.measure.session import Session
+    from commbench.ops import supports
     from commbench.results.records import SweepRecord, fields_of
     from commbench.tables import Table
-    from commbench.traffic.program import supports
 
     launch = common.launch_info()
     steps, p = build_steps(args, launch.size)
@@ -150,6 +147,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench.traffic.layout import sweep_mesh
 
     with Session(launch, opts, timing) as s:
+        assert s.world is not None and s.runner is not None  # opened by Session.__enter__
         info = sweep_mesh(s.world.size, p, args.placement, s.nodes).info("group")
         s.runner.reserve([(st, info) for st in steps])
         s.say(
@@ -160,11 +158,12 @@ def main(args: argparse.Namespace) -> int:
         )
         table = Table(columns())
         busbw, bad = [], 0
-        redop = "sum" if OPS[steps[0].op].reduces else "-"
+        redop = "sum" if op_spec(steps[0].op).reduces else "-"
         for st in steps:
             m = s.runner.measure(st, info)
             if m is None:
                 continue
+            assert s.writer is not None  # records come back on rank 0, which writes them
             rec = SweepRecord(**fields_of(m), backend=opts.backend, label=st.label)
             s.writer.write(rec.to_json())
             busbw.append(rec.busbw_GBps)
@@ -184,6 +183,7 @@ def main(args: argparse.Namespace) -> int:
                 rec.iters,
             )
         if s.is_root:
+            assert s.writer is not None
             checked = "checked" if timing.check else "not checked (--no-check)"
             table.note(f"Points with wrong data : {bad} of {len(busbw)} ({checked})")
             table.note(f"Avg bus bandwidth      : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")

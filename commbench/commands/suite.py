@@ -180,7 +180,7 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
 
 
 def _bytes(step) -> int:
-    from commbench.traffic.program import record_bytes
+    from commbench.ops import record_bytes
 
     return record_bytes(step)
 
@@ -213,8 +213,8 @@ def breakdown_lines(
     point: Point, plan: list[Measured], results: list[Measurement], totals: PointTotals
 ) -> Iterable[str]:
     """One line per measured step: op, axis, placement, size x count, time per op, total."""
+    from commbench.ops import bus_factor
     from commbench.sizes import format_size
-    from commbench.traffic.program import bus_factor
 
     prog = point.program
     for m, rec in zip(plan, results):

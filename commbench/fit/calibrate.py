@@ -16,7 +16,7 @@ from commbench.calibration import SCHEMA_VERSION
 from commbench.fit.collect import Collected, SeriesData, SeriesKey
 from commbench.fit.links import LinkEntry, fit_link_table
 from commbench.fit.series import FitOptions, SeriesFitResult, fit_series
-from commbench.traffic.program import bus_factor
+from commbench.ops import bus_factor
 
 
 @dataclass

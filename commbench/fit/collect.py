@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from commbench.dtypes import DTYPE_ALIASES, DTYPE_SIZES
 from commbench.errors import UsageError
+from commbench.ops import OP_ALIASES, OPS
 from commbench.results.rundir import RECORDS, Run, read_run
-from commbench.traffic.program import DTYPE_ALIASES, DTYPE_SIZES, OP_ALIASES, OPS
 
 KEY_FIELDS = ("backend", "op", "link_class", "group_size", "dtype", "timing", "placement")
 DEFAULT_TIMING = "per-iteration"

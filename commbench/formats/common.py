@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from commbench.dtypes import DTYPE_SIZES
 from commbench.errors import UsageError
 from commbench.fit.collect import canonical_dtype_name, canonical_op
+from commbench.ops import SWEEP_OPS, bus_factor
 from commbench.results.records import ImportedRecord, ImportSource
-from commbench.traffic.program import DTYPE_SIZES, OPS, bus_factor
 
 # MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names
 MPI_DTYPES = {
@@ -45,8 +46,8 @@ class Hints:
     def __post_init__(self) -> None:
         if self.op is not None:
             op = canonical_op(self.op)
-            if op not in OPS or op == "p2p_schedule":
-                raise UsageError(f"--op {self.op!r}: choose from {', '.join(list(OPS)[:-1])}")
+            if op not in SWEEP_OPS:
+                raise UsageError(f"--op {self.op!r}: choose from {', '.join(SWEEP_OPS)}")
             object.__setattr__(self, "op", op)
         if self.dtype is not None:
             object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))

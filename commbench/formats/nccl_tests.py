@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from commbench.errors import UsageError
 from commbench.formats.common import (
@@ -26,7 +27,7 @@ from commbench.formats.common import (
     read_lines,
     time_cell,
 )
-from commbench.traffic.program import bus_factor
+from commbench.ops import OPS, bus_factor
 
 TOOL = "nccl-tests"
 BINARY_OPS = {
@@ -86,15 +87,11 @@ def _infer_op(rows: list[dict], p: int) -> str | None:
     unrooted = root is None or root < 0
     rooted = root is None or root >= 0
     cands = [
-        ("allreduce", reduces and unrooted),
-        ("reduce_scatter", reduces and unrooted),
-        ("allgather", not reduces and unrooted),
-        ("alltoall", not reduces and unrooted),
-        ("broadcast", not reduces and rooted),
-        ("reduce", reduces and rooted),
-        ("sendrecv", not reduces and unrooted),
+        op
+        for op in BINARY_OPS.values()
+        if OPS[op].reduces == reduces and (rooted if OPS[op].rooted else unrooted)
     ]
-    ops = {op for op, ok in cands if ok and abs(ratio - (f := bus_factor(op, p))) <= tol * f}
+    ops = {op for op in cands if abs(ratio - (f := bus_factor(op, p))) <= tol * f}
     return ops.pop() if len(ops) == 1 else None
 
 
@@ -111,7 +108,8 @@ class _Section:
     def __init__(self, start: int, binary: str | None) -> None:
         self.start = start
         self.binary = binary
-        self.iters = self.warmup = None
+        self.iters: int | None = None
+        self.warmup: int | None = None
         self.check = True
         self.blocking = False
         self.ranks: list[tuple[int, int, str, str]] = []  # rank, group, host, device
@@ -211,8 +209,8 @@ def parse(path: Path, hints: Hints) -> Imported:
         hosts = list(dict.fromkeys(hosts + [h for _, _, h, _ in sec.ranks]))
         # group size and link class from the rank lines
         by_group: dict[int, list[str]] = {}
-        for _, g, h, _ in sec.ranks:
-            by_group.setdefault(g, []).append(h)
+        for _, group, h, _ in sec.ranks:
+            by_group.setdefault(group, []).append(h)
         sizes = {len(v) for v in by_group.values()}
         if len(sizes) > 1:
             raise UsageError(f"{where}: groups of different sizes {sorted(sizes)} in one run")
@@ -225,7 +223,7 @@ def parse(path: Path, hints: Hints) -> Imported:
             link_log = "inter" if any(len(set(v)) > 1 for v in by_group.values()) else "intra"
         link = hints.resolve("link_class", link_log, where, "the log names no hosts")
         # parse rows
-        rows = []
+        rows: list[dict[str, Any]] = []
         for n, tok in sec.rows:
             if len(tok) != len(sec.header):
                 if n == last_row_line:

@@ -7,6 +7,7 @@ measurements add up to and what is written.
 
 from __future__ import annotations
 
+from commbench.ops import record_bytes
 from commbench.results.records import (
     LayoutConfig,
     Measurement,
@@ -22,7 +23,6 @@ from commbench.traffic.execution import Measured, bus_bytes
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns.base import Fact
 from commbench.traffic.points import Point
-from commbench.traffic.program import record_bytes
 from commbench.traffic.suitefile import Suite
 
 

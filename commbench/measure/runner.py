@@ -14,12 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commbench.dtypes import dtype_size
 from commbench.measure import diag
 from commbench.measure.bind import BufferPool, bind
 from commbench.measure.transport.base import PER_ITERATION, TIMING_MODES, Communicator
+from commbench.ops import bus_factor, record_bytes, step_buffer_bytes
 from commbench.results.records import Measurement
 from commbench.traffic.layout import GroupInfo
-from commbench.traffic.program import Step, bus_factor, dtype_size, record_bytes, step_buffer_bytes
+from commbench.traffic.program import Step
 
 
 class Interrupted(Exception):

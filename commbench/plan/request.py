@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.traffic.layout import host_map
 from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes, training_memory
 from commbench.traffic.model import ModelShape, parse_model_arg
-from commbench.traffic.program import canonical_dtype, dtype_size
 
 if TYPE_CHECKING:
     from commbench.calibration import Calibration

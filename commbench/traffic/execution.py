@@ -6,21 +6,13 @@ pipeline schedules instead split each message into pieces, so every byte still m
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from commbench.ops import OPS, bus_factor, record_bytes, round_bytes, supports
+from commbench.ops.spec import Fit
 from commbench.traffic.layout import GroupInfo, ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
-from commbench.traffic.program import (
-    Action,
-    Program,
-    Step,
-    dtype_size,
-    record_bytes,
-    round_bytes,
-    step_buffer_bytes,
-    supports,
-)
+from commbench.traffic.program import Program, Step
 
 
 @dataclass(frozen=True)
@@ -52,62 +44,10 @@ def substitute_dtype(step: Step, p: int, backend: str) -> tuple[Step, str]:
     return step.with_(dtype="float32", nbytes=nbytes), f"{step.dtype} as float32 on {backend}"
 
 
-def split_schedule(step: Step, piece: int) -> tuple[Step, int]:
-    """Each send/recv of more than `piece` bytes becomes several messages (tags stay unique)."""
-    el = dtype_size(step.dtype)
-    piece = max(el, piece // el * el)
-    k = max(math.ceil(a.nbytes / piece) for acts in step.schedule for a in acts)
-    out = []
-    for acts in step.schedule:
-        new: list[Action] = []
-        for a in acts:
-            if a.kind == "compute":
-                new.append(a)
-                continue
-            n, left = math.ceil(a.nbytes / piece), a.nbytes
-            for i in range(n):
-                size = min(piece, left)
-                left -= size
-                new.append(Action(a.kind, a.peer, size, tag=a.tag * k + i))
-        out.append(tuple(new))
-    most = max((a.nbytes for acts in out for a in acts if a.kind != "compute"), default=el)
-    return step.with_(schedule=tuple(out), nbytes=most), k
-
-
-def shrink_split(split: tuple[tuple[int, ...], ...], k: int, el: int) -> tuple:
-    """An all-to-all-v split with every entry divided by k (whole elements, kept non-empty)."""
-    return tuple(tuple(max(el, b // k // el * el) if b else 0 for b in row) for row in split)
-
-
-def fit_budget(step: Step, p: int, max_bytes: int | None) -> tuple[Step, float, int, bool]:
+def fit_budget(step: Step, p: int, max_bytes: int | None) -> Fit:
     """(step to run, time scale, chunks, extrapolated) so send + receive buffers fit in
-    max_bytes per rank."""
-    send, recv = step_buffer_bytes(step, p)
-    if not max_bytes or send + recv <= max_bytes:
-        return step, 1.0, 1, False
-    k = math.ceil((send + recv) / max_bytes)
-    if step.op == "p2p_schedule":
-        new, k = split_schedule(step, max_bytes // 2)
-        return new, 1.0, k, False
-    el = dtype_size(step.dtype)
-    if step.op == "alltoallv":
-        while True:
-            split = shrink_split(step.split, k, el)
-            new = step.with_(split=split, nbytes=max(sum(r) for r in split))
-            s, r = step_buffer_bytes(new, p)
-            if s + r <= max_bytes or all(b <= el for row in split for b in row):
-                break
-            k += 1
-        scale = sum(map(sum, step.split)) / sum(map(sum, split))
-        return new, scale, k, True
-    while True:
-        nbytes = round_bytes(step.op, step.nbytes // k, p, step.dtype)
-        new = step.with_(nbytes=nbytes)
-        s, r = step_buffer_bytes(new, p)
-        if s + r <= max_bytes or nbytes <= el * p:
-            break
-        k += 1
-    return new, step.nbytes / nbytes, k, True
+    max_bytes per rank; how a step shrinks is its op's (OpSpec.fit)."""
+    return OPS[step.op].fit(step, p, max_bytes)
 
 
 def plan(
@@ -151,6 +91,4 @@ def plan(
 
 def bus_bytes(step: Step, p: int) -> float:
     """S x busbw factor: the bytes a step puts on the busiest link (nccl-tests busbw)."""
-    from commbench.traffic.program import bus_factor
-
     return record_bytes(step) * bus_factor(step.op, p)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.traffic.model import ModelShape
-from commbench.traffic.program import canonical_dtype, dtype_size
 
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weights + first and second moments (ZeRO paper, K=12)
 RECOMPUTE = ("none", "selective", "full")

@@ -24,9 +24,9 @@ mpi4py.rc.thread_level = "serialized"
 
 from mpi4py import MPI  # noqa: E402
 
-from commbench.measure.checkdata import storage_dtype  # noqa: E402
 from commbench.measure.transport import native  # noqa: E402
 from commbench.measure.transport.base import PER_ITERATION, PIPELINED, Communicator, Fn  # noqa: E402
+from commbench.ops.checkdata import storage_dtype  # noqa: E402
 
 HUGE_PAGE = 2 << 20
 

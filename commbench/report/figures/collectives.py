@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from commbench.ops import bus_factor
 from commbench.report.figures import (
     WIDTH,
     Figure,
@@ -25,7 +26,6 @@ from commbench.report.figures import (
 )
 from commbench.report.inputs import Curve
 from commbench.sizes import format_size
-from commbench.traffic.program import bus_factor
 
 if TYPE_CHECKING:
     from commbench.calibration import Line, SeriesModel

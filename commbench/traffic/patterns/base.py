@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.sizes import parse_size
 from commbench.traffic.layout import Axis, GroupInfo, ParallelLayout, sweep_mesh
 from commbench.traffic.model import ModelShape
-from commbench.traffic.program import canonical_dtype, dtype_size
 
 
 class Role(StrEnum):

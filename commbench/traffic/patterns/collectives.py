@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
+from commbench.ops import OPS, op_spec, round_bytes
 from commbench.sizes import sweep
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, check_choice, sweep_axis
-from commbench.traffic.program import OPS, Program, Step, canonical_dtype, op_spec, round_bytes
+from commbench.traffic.program import Program, Step
 
 NAME = "collectives"
 PLACEMENTS = ("contiguous", "strided")

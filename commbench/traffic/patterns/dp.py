@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from commbench.dtypes import dtype_size
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import TrafficOptions, buckets, check, dp_axis, dp_size
-from commbench.traffic.program import Program, Step, dtype_size
+from commbench.traffic.program import Program, Step
 
 NAME = "dp"
 MiB = 1 << 20

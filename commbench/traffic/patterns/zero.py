@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from commbench.dtypes import dtype_size
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
@@ -25,7 +26,7 @@ from commbench.traffic.patterns.base import (
     dp_size,
     pad_bytes,
 )
-from commbench.traffic.program import Program, Step, dtype_size
+from commbench.traffic.program import Program, Step
 
 NAME = "zero"
 MiB = 1 << 20

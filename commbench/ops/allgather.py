@@ -1,0 +1,53 @@
+"""allgather: S is the gathered output (p shards); each rank sends one shard of S/p."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.dtypes import dtype_size
+from commbench.ops.checkdata import concat, fill
+from commbench.ops.spec import POISON, Binding, OpSpec, Views, collective_costs, frac, lg
+
+if TYPE_CHECKING:
+    from commbench.measure.transport.base import Communicator
+    from commbench.traffic.program import Step
+
+
+def bus_factor(p: int) -> float:
+    """(p-1)/p: each rank receives all shards but its own (nccl-tests PERFORMANCE.md)."""
+    return (p - 1) / p
+
+
+def buffers(step: Step, p: int) -> tuple[int, int]:
+    """One shard out, S in."""
+    return step.nbytes // p, step.nbytes
+
+
+def bind(comm: Communicator, step: Step, views: Views) -> Binding:
+    """Rank q's shard is pattern q; the output is the shards in rank order."""
+    p, n, dt = comm.size, step.count, step.dtype
+    c = n // p
+    s, rv = views.send(c * dtype_size(dt)), views.recv(step.nbytes)
+    return Binding(
+        comm.allgather(s, rv),
+        [(s, fill(comm.rank, c, dt)), (rv, fill(POISON, n, dt))],
+        [(rv, concat(fill(q, c, dt) for q in range(p)))],
+    )
+
+
+SPEC = OpSpec(
+    name="allgather",
+    doc="S = gathered output (p x shard)",
+    aliases=("all_gather",),
+    chunks=True,
+    bus_formula="(p-1)/p",
+    bus_factor=bus_factor,
+    costs=collective_costs(
+        ring=lambda p: (p - 1, frac(p)),
+        tree=lambda p: (lg(p), frac(p)),
+        rabenseifner=lambda p: (lg(p), frac(p)),
+        pairwise=lambda p: (p - 1, frac(p)),
+    ),
+    buffers=buffers,
+    bind=bind,
+)

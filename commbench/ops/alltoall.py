@@ -1,0 +1,46 @@
+"""alltoall: S is one rank's send buffer, split evenly; chunk q goes to rank q."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.ops.checkdata import concat, fill
+from commbench.ops.spec import POISON, Binding, OpSpec, Views, collective_costs, frac, lg
+
+if TYPE_CHECKING:
+    from commbench.measure.transport.base import Communicator
+    from commbench.traffic.program import Step
+
+
+def bus_factor(p: int) -> float:
+    """(p-1)/p: all chunks but a rank's own cross a link (nccl-tests PERFORMANCE.md)."""
+    return (p - 1) / p
+
+
+def bind(comm: Communicator, step: Step, views: Views) -> Binding:
+    """Rank r receives chunk r of every rank's pattern, in rank order."""
+    p, r, n, dt = comm.size, comm.rank, step.count, step.dtype
+    c = n // p
+    s, rv = views.send(step.nbytes), views.recv(step.nbytes)
+    return Binding(
+        comm.alltoall(s, rv),
+        [(s, fill(r, n, dt)), (rv, fill(POISON, n, dt))],
+        [(rv, concat(fill(q, c, dt, start=r * c) for q in range(p)))],
+    )
+
+
+SPEC = OpSpec(
+    name="alltoall",
+    doc="S = one rank's send buffer, equal split",
+    aliases=("all_to_all",),
+    chunks=True,
+    bus_formula="(p-1)/p",
+    bus_factor=bus_factor,
+    costs=collective_costs(
+        ring=lambda p: (p - 1, frac(p)),
+        tree=lambda p: (lg(p), lg(p) / 2),
+        rabenseifner=lambda p: (p - 1, frac(p)),
+        pairwise=lambda p: (p - 1, frac(p)),
+    ),
+    bind=bind,
+)

@@ -1,0 +1,42 @@
+"""broadcast: group position 0 sends its S-byte buffer to every rank."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.ops.checkdata import fill
+from commbench.ops.spec import POISON, Binding, OpSpec, Views, collective_costs, frac, lg
+
+if TYPE_CHECKING:
+    from commbench.measure.transport.base import Communicator
+    from commbench.traffic.program import Step
+
+
+def bus_factor(p: int) -> float:
+    """1: every rank receives S (nccl-tests PERFORMANCE.md)."""
+    return 1.0
+
+
+def bind(comm: Communicator, step: Step, views: Views) -> Binding:
+    """The root holds pattern 0, the others junk; all must end with pattern 0."""
+    r, n, dt = comm.rank, step.count, step.dtype
+    buf = views.recv(step.nbytes)
+    first = fill(0, n, dt) if r == 0 else fill(POISON + r, n, dt)
+    return Binding(comm.broadcast(buf, 0), [(buf, first)], [(buf, fill(0, n, dt))])
+
+
+SPEC = OpSpec(
+    name="broadcast",
+    doc="root = group position 0",
+    aliases=("bcast",),
+    rooted=True,
+    bus_formula="1",
+    bus_factor=bus_factor,
+    costs=collective_costs(
+        ring=lambda p: (p - 1, 1.0),
+        tree=lambda p: (lg(p), lg(p)),
+        rabenseifner=lambda p: (2 * lg(p), 2 * frac(p)),
+        pairwise=lambda p: (p - 1, float(p - 1)),
+    ),
+    bind=bind,
+)

@@ -1,0 +1,47 @@
+"""reduce: sum over the group to position 0; send and receive hold S."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.ops.checkdata import fill, fill_sum, fill_zeros
+from commbench.ops.spec import Binding, OpSpec, Views, collective_costs, frac, lg
+
+if TYPE_CHECKING:
+    from commbench.measure.transport.base import Communicator
+    from commbench.traffic.program import Step
+
+
+def bus_factor(p: int) -> float:
+    """1: the root receives S (nccl-tests PERFORMANCE.md)."""
+    return 1.0
+
+
+def bind(comm: Communicator, step: Step, views: Views) -> Binding:
+    """Only the root's output is defined: it must hold the sum of all patterns."""
+    p, r, n, dt = comm.size, comm.rank, step.count, step.dtype
+    s, rv = views.send(step.nbytes), views.recv(step.nbytes)
+    mine = fill(r, n, dt)
+    return Binding(
+        comm.reduce(s, rv, 0),
+        [(s, mine), (rv, mine)],
+        [(rv, fill_sum(range(p), n, dt))] if r == 0 else [],
+        [(rv, fill_zeros(n, dt))],
+    )
+
+
+SPEC = OpSpec(
+    name="reduce",
+    doc="sum to group position 0",
+    reduces=True,
+    rooted=True,
+    bus_formula="1",
+    bus_factor=bus_factor,
+    costs=collective_costs(
+        ring=lambda p: (p - 1, 1.0),
+        tree=lambda p: (lg(p), lg(p)),
+        rabenseifner=lambda p: (2 * lg(p), 2 * frac(p)),
+        pairwise=lambda p: (p - 1, float(p - 1)),
+    ),
+    bind=bind,
+)

@@ -1,0 +1,54 @@
+"""reduce_scatter: S is the input (p shards), summed over the group; rank r keeps shard r."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.dtypes import dtype_size
+from commbench.ops.checkdata import fill, fill_sum
+from commbench.ops.spec import POISON, Binding, OpSpec, Views, collective_costs, frac, lg
+
+if TYPE_CHECKING:
+    from commbench.measure.transport.base import Communicator
+    from commbench.traffic.program import Step
+
+
+def bus_factor(p: int) -> float:
+    """(p-1)/p: each rank sends all shards but its own (nccl-tests PERFORMANCE.md)."""
+    return (p - 1) / p
+
+
+def buffers(step: Step, p: int) -> tuple[int, int]:
+    """S in, one shard out."""
+    return step.nbytes, step.nbytes // p
+
+
+def bind(comm: Communicator, step: Step, views: Views) -> Binding:
+    """Every rank sends its pattern; rank r expects the sum of elements [r c, (r+1) c)."""
+    p, r, n, dt = comm.size, comm.rank, step.count, step.dtype
+    c = n // p
+    s, rv = views.send(step.nbytes), views.recv(c * dtype_size(dt))
+    return Binding(
+        comm.reduce_scatter(s, rv),
+        [(s, fill(r, n, dt)), (rv, fill(POISON, c, dt))],
+        [(rv, fill_sum(range(p), c, dt, start=r * c))],
+    )
+
+
+SPEC = OpSpec(
+    name="reduce_scatter",
+    doc="S = input (p x shard), sum, shard out",
+    aliases=("reducescatter", "reduce-scatter"),
+    reduces=True,
+    chunks=True,
+    bus_formula="(p-1)/p",
+    bus_factor=bus_factor,
+    costs=collective_costs(
+        ring=lambda p: (p - 1, frac(p)),
+        tree=lambda p: (lg(p), frac(p)),
+        rabenseifner=lambda p: (lg(p), frac(p)),
+        pairwise=lambda p: (p - 1, frac(p)),
+    ),
+    buffers=buffers,
+    bind=bind,
+)
