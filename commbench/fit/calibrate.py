@@ -87,7 +87,9 @@ def fit_collected(
     return outcomes, skipped
 
 
-def link_points(outcomes: list[SeriesOutcome]) -> list[tuple[SeriesKey, np.ndarray, ...]]:
+def link_points(
+    outcomes: list[SeriesOutcome],
+) -> list[tuple[SeriesKey, np.ndarray, np.ndarray, np.ndarray]]:
     """(key, bytes, seconds, weights) of every fitted series, for the link table."""
     out = []
     for o in outcomes:

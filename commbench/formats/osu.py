@@ -151,6 +151,7 @@ def parse(path: Path, hints: Hints) -> Imported:
             if lat is not None:
                 t = time_cell(cells[lat], f"{path}:{n}")
             else:
+                assert bw is not None  # a layout has a latency or a bandwidth column
                 mbps = number(cells[bw])
                 t = None
                 if mbps and mbps > 0:

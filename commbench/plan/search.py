@@ -11,7 +11,7 @@ from typing import Any
 
 from commbench.errors import UsageError
 from commbench.plan.request import PlanRequest
-from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout, parse_order
+from commbench.traffic.layout import DEFAULT_ORDER, Axis, ParallelLayout, parse_order
 from commbench.traffic.patterns.base import violations
 
 DENSE = ("tp", "cp", "dp", "pp")  # the axes whose order --orders all permutes
@@ -29,7 +29,7 @@ class Config:
     micro_batch: int
     micro_batches: int
     zero_stage: int
-    order: tuple[str, ...] = DEFAULT_ORDER
+    order: tuple[Axis, ...] = DEFAULT_ORDER
 
     @property
     def label(self) -> str:
@@ -78,7 +78,7 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def rank_orders(degrees: dict[str, int]) -> list[tuple[str, ...]]:
+def rank_orders(degrees: dict[str, int]) -> list[tuple[Axis, ...]]:
     """Every distinct order of the dense axes of degree > 1 (each permutation fills the slots
     those axes hold in Megatron's order, so the identity is Megatron's order itself and the
     trivial axes and ep stay where they are)."""
