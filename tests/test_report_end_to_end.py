@@ -77,12 +77,6 @@ def report(capsys, *args) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
-def validate_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("commbench.calibration.accuracy") is not None
-
-
 @pytest.fixture(scope="module")
 def full(lab, tmp_path_factory) -> Path:
     """The report of all four runs with the fitted calibration and a plan."""
@@ -101,10 +95,8 @@ def test_every_figure_is_a_valid_png(full):
     names = {p.stem for p in (full / "figures").glob("*.png")}
     expected = {
         "busbw-allreduce", "latency-allreduce", "busbw-allgather", "latency-allgather",
-        "strategy-step-time", "ep-imbalance", "pp-timeline-1", "plan-1",
+        "strategy-step-time", "ep-imbalance", "pp-timeline-1", "plan-1", "validate",
     }  # fmt: skip
-    if validate_available():
-        expected.add("validate")
     assert expected <= names, f"missing figures: {expected - names}"
     for p in (full / "figures").glob("*.png"):
         assert_png(p)
@@ -125,8 +117,6 @@ def test_page_is_self_contained_and_says_what_it_shows(full):
         assert unit in html
     assert "commbench run allreduce" in html  # the command line of each run
     assert "mpi4py" in html  # library versions
-    if not validate_available():
-        assert "commbench.calibration.accuracy is not in this checkout" in html
 
 
 def test_browser_shows_every_image_and_no_console_error(full, tmp_path):

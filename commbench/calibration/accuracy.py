@@ -32,7 +32,7 @@ from commbench.results.validation import ValidationRow, ValidationStep, Validati
 from commbench.traffic.patterns.base import options_label
 from commbench.traffic.program import Program
 
-GOAL = 0.20  # the accuracy goal: median |error| per pattern under 20%
+ACCURACY_BAND = 0.20  # a prediction within 20% of the measurement counts as accurate
 
 
 def _rel(pred: float | None, meas: float | None) -> float | None:
@@ -176,7 +176,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                 median_abs_error=median(errs) if errs else None,
                 max_abs_error=max(errs) if errs else None,
                 median_rel_error=median(rels) if rels else None,
-                within_20pct=(sum(e <= GOAL for e in errs) / len(errs)) if errs else None,
+                within_20pct=(sum(e <= ACCURACY_BAND for e in errs) / len(errs)) if errs else None,
             ).to_json()
         )
     return out

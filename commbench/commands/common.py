@@ -14,7 +14,7 @@ from commbench.commands.argtypes import (  # noqa: F401  (the measuring commands
 )
 from commbench.errors import UsageError
 from commbench.measure.launch import LaunchInfo, detect
-from commbench.measure.runner import TimingConfig
+from commbench.measure.runner import DEFAULT_BUDGET_S, TimingConfig
 from commbench.measure.session import SessionOptions
 from commbench.measure.transport import BACKENDS, resolve_backend
 from commbench.measure.transport.base import TIMING_MODES
@@ -84,7 +84,7 @@ def add_timing_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--budget",
         type=positive_float,
-        default=0.2,
+        default=DEFAULT_BUDGET_S,
         help="target timed seconds per point when iterations adapt (default: %(default)s)",
     )
     g.add_argument(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from commbench.commands import common
 from commbench.errors import UsageError
+from commbench.measure.runner import DEFAULT_BUDGET_S
 from commbench.traffic.patterns.base import options_label
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
 HELP = "run strategy traffic suites (tp, dp, zero, pp, cp, ep, collectives, smoke, all)"
 DEFAULT_MAX_BYTES = 128 << 20
-DEFAULT_BUDGET = 0.2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if action.dest == "budget":
             action.default = None
             action.help = (
-                f"target timed seconds per step (default: the suite's, else {DEFAULT_BUDGET})"
+                f"target timed seconds per step (default: the suite's, else {DEFAULT_BUDGET_S})"
             )
 
 
@@ -127,7 +127,7 @@ def timing_for(args: argparse.Namespace, run):
     return TimingConfig(
         iters=args.iters if args.iters is not None else t.get("iters"),
         warmup=args.warmup if args.warmup is not None else t.get("warmup"),
-        budget_s=args.budget if args.budget is not None else t.get("budget", DEFAULT_BUDGET),
+        budget_s=args.budget if args.budget is not None else t.get("budget", DEFAULT_BUDGET_S),
         min_iters=min(t.get("min_iters", 5), args.iters or 10**9),
         max_iters=t.get("max_iters", 2000),
         timing=args.timing,

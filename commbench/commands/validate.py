@@ -48,6 +48,7 @@ def print_rows(
     rows: list[dict], summary: list[dict], cal: Calibration, steps: bool, out: TextIO
 ) -> None:
     """The rows as a table (with every step's comparison with `steps`), then the summary."""
+    from commbench.calibration.accuracy import ACCURACY_BAND
     from commbench.results.validation import ValidationRow, ValidationSummary
     from commbench.tables import Column, Table
 
@@ -109,7 +110,7 @@ def print_rows(
             Column("median|err|", "(%)", 11),
             Column("max|err|", "(%)", 9),
             Column("median err", "(signed %)", 10),
-            Column("<=20%", "(share)", 7),
+            Column(f"<={ACCURACY_BAND:.0%}", "(share)", 7),
         ],
         out,
     )

@@ -28,13 +28,16 @@ class Interrupted(Exception):
     """All ranks agreed to stop (SIGINT/SIGTERM seen by at least one of them)."""
 
 
+DEFAULT_BUDGET_S = 0.2  # target timed seconds per point when iteration counts adapt
+
+
 @dataclass(frozen=True)
 class TimingConfig:
     """How each point is timed; None means adapt to the message size."""
 
     iters: int | None = None
     warmup: int | None = None
-    budget_s: float = 0.2  # target timed seconds per point when iters adapt
+    budget_s: float = DEFAULT_BUDGET_S
     min_iters: int = 5
     max_iters: int = 2000
     timing: str = PER_ITERATION

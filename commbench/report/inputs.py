@@ -283,18 +283,16 @@ def ep_loads(rows: list[PointRow]) -> list[EPLoad]:
     return out
 
 
-# ---- validation (commbench.calibration.accuracy, written alongside) --------------------------------------
+# ---- validation (commbench.calibration.accuracy) ---------------------------------------
 def validation(runs: list[Run], cal) -> tuple[list[dict], list[dict], str]:
     """(rows, summary, why empty) from commbench.calibration.accuracy: compare(runs, calibration,
     extrapolate=False) -> rows with pattern, config, model, measured_s, predicted_s, rel_error,
     status; summarize(rows) -> per pattern points, median_abs_error, max_abs_error. The one
     place the report depends on that module's contract."""
+    from commbench.calibration import accuracy as validate
+
     if cal is None:
         return [], [], "no calibration"
-    try:
-        from commbench.calibration import accuracy as validate
-    except ImportError:
-        return [], [], "commbench.calibration.accuracy is not in this checkout"
     try:
         rows = validate.compare(runs, cal, extrapolate=False)
     except UsageError as e:

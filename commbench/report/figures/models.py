@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commbench.calibration.accuracy import ACCURACY_BAND
 from commbench.report.figures import (
     WIDTH,
     Figure,
@@ -26,10 +27,9 @@ def axis_order(names) -> list[str]:
 
 
 # relative error inside which a prediction counts as good (the planner issue's goal)
-BAND = 0.20
 
 
-def predicted_vs_measured(rows: list[dict], band: float = BAND, note: str = "") -> Figure:
+def predicted_vs_measured(rows: list[dict], band: float = ACCURACY_BAND, note: str = "") -> Figure:
     """Log-log scatter of predicted vs measured seconds, one colour per pattern, the y = x line
     and the +-band shaded; the legend gives each pattern's median |error|."""
     plt = setup()
