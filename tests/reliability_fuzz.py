@@ -167,7 +167,7 @@ def _good_run(draw) -> dict:
     if spec.needs_model:
         run["models"] = draw(st.lists(_model(spec.needs_moe), min_size=1, max_size=2))
     if spec.axis is not None and draw(st.booleans()):
-        axes = st.sampled_from(DEGREE_AXES)
+        axes = st.sampled_from([str(a) for a in DEGREE_AXES])  # as a user writes them
         values = st.sampled_from([1, 2, 4, [1, 2], [2, 4], "auto", "max", {"min": 1, "max": 4}])
         run["degrees"] = draw(st.dictionaries(axes, values, max_size=2))
     names = st.sampled_from(sorted(hints))
