@@ -269,7 +269,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     """Run every point under one Session; rank 0 prints and writes."""
     import dataclasses
 
-    from commbench.measure.points import point_facts, point_record, point_totals, step_record
+    from commbench.measure.point_records import point_facts, point_record, point_totals, step_record
     from commbench.measure.session import Session
     from commbench.sizes import format_size
     from commbench.tables import Table
