@@ -43,7 +43,7 @@ def _rel(pred: float | None, meas: float | None) -> float | None:
 
 def as_executed(program: Program, measured_steps: list[PointStep]) -> Program:
     """The point's Program as the suite ran it: chunked steps as their measured chunk and split
-    pipelines as their pieces (execution's own helpers), each repeat times the suite's scale."""
+    pipelines as their pieces (the ops' own helpers), each repeat times the suite's scale."""
     from commbench.ops.alltoallv import shrink_split
     from commbench.ops.p2p_schedule import split_schedule
 
@@ -55,12 +55,11 @@ def as_executed(program: Program, measured_steps: list[PointStep]) -> Program:
             steps.append(st)
             continue
         ex = st
-        if st.op == "p2p_schedule":
+        if st.schedule is not None:
             if m.chunks > 1:
                 ex, _ = split_schedule(st, m.measured_bytes)
         elif m.extrapolated:
-            if st.op == "alltoallv":
-                assert st.split is not None  # an alltoallv step carries its split
+            if st.split is not None:
                 split = shrink_split(st.split, m.chunks, dtype_size(st.dtype))
                 ex = st.with_(split=split, nbytes=max(sum(r) for r in split))
             else:

@@ -247,7 +247,7 @@ class Calibration:
             + (f", dtype {dtype}" if dtype else "")
             + (f", backend {backend}" if backend else "")
         )
-        ops = [op, "alltoall"] if op == "alltoallv" else [op]
+        ops = [op, *OPS[op].priced_from]  # alltoallv: its own series, else alltoall's
         on_link = [
             s
             for s in self.series
@@ -257,7 +257,7 @@ class Calibration:
         ]
         backend = self._resolve_backend(on_link, backend, link_class, want)
         on_link = [s for s in on_link if s.key.backend == backend] if backend else on_link
-        if op == "alltoallv" and any(s.key.op == op for s in on_link):
+        if OPS[op].priced_from and any(s.key.op == op for s in on_link):
             on_link = [s for s in on_link if s.key.op == op]
         if timing is not None:
             on_link = [s for s in on_link if s.key.timing == timing]
@@ -295,7 +295,7 @@ class Calibration:
         if not extrapolate and not reference:
             raise UsageError(
                 f"{want}: not measured in {self.source} (it covers: "
-                f"{self.describe(op=ops[-1] if op == 'alltoallv' else op)}); pass "
+                f"{self.describe(op=ops[-1])}); pass "
                 "extrapolate=True to scale from the link table"
             )
         return self._extrapolate(op, nbytes, group_size, link_class, dtype, backend, on_link, want)

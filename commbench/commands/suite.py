@@ -175,7 +175,7 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
                 f"{format_size(_bytes(st)):>10} {_fmt(st.repeat):>8}  {st.label}"
                 f"{'  [' + note + ']' if note else ''}\n"
             )
-            if st.op == "alltoallv" and i == m.indices[0]:
+            if st.split is not None and i == m.indices[0]:
                 out.write(f"          split (bytes src->dst): {list(map(list, st.split))}\n")
 
 

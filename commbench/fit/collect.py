@@ -134,7 +134,7 @@ def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
         if missing:
             raise UsageError(f"{where}: record lacks {', '.join(missing)} (needed to fit)")
     op = canonical_op(rec.get("op") or "")
-    if op not in OPS or op == "p2p_schedule":
+    if op not in OPS or OPS[op].scheduled:
         return None, f"{kind} records of op {rec.get('op')!r} (not a primitive collective)"
     if not rec.get("link_class"):
         return None, f"{kind} records without link_class"

@@ -25,6 +25,7 @@ from commbench.formats.common import (
     read_lines,
     time_cell,
 )
+from commbench.ops import OPS
 
 TOOL = "imb"
 # IMB benchmark -> (op, S = #bytes x p?)
@@ -41,7 +42,6 @@ BENCHMARKS = {
     "alltoallv": ("alltoallv", True),
     "bcast": ("broadcast", False),
 }
-REDUCING = ("allreduce", "reduce", "reduce_scatter")
 _BENCH = re.compile(r"^#\s*Benchmarking\s+(\S+)")
 _PROCS = re.compile(r"^#\s*#processes\s*=\s*(\d+)")
 _WAITING = re.compile(r"^#\s*\(\s*(\d+)\s+additional process")
@@ -107,11 +107,11 @@ def parse(path: Path, hints: Hints) -> Imported:
             "group_size", blk.procs, where, "the block has no '# #processes = N' line"
         )
         link = hints.resolve("link_class", None, where, "IMB logs do not say which hosts ran")
-        mpi_type = meta.get("reduction_datatype" if op in REDUCING else "datatype")
+        mpi_type = meta.get("reduction_datatype" if OPS[op].reduces else "datatype")
         if mpi_type in MPI_DTYPES:
             dtype = hints.resolve("dtype", MPI_DTYPES[mpi_type], where, "")
         else:  # IMB's defaults: MPI_FLOAT for reductions, MPI_BYTE otherwise
-            dtype = hints.dtype or ("float32" if op in REDUCING else "int8")
+            dtype = hints.dtype or ("float32" if OPS[op].reduces else "int8")
         cols = blk.columns
         tcol = (
             "t_max[usec]" if "t_max[usec]" in cols else ("t[usec]" if "t[usec]" in cols else None)

@@ -27,6 +27,7 @@ from commbench.formats.common import (
     read_lines,
     time_cell,
 )
+from commbench.ops import OPS
 
 TOOL = "osu"
 _TITLE = re.compile(r"^#\s*OSU\s+(\S+)\s+(.+?)\s+Test(?:\s+v(\S+))?\s*$", re.IGNORECASE)
@@ -49,7 +50,6 @@ TESTS = {
     "alltoallvpersonalizedexchangelatency": ("alltoallv", True, "per-iteration"),
 }
 POINT_TO_POINT = ("latency", "bandwidth", "bidirectionalbandwidth")
-REDUCING = ("allreduce", "reduce", "reduce_scatter")
 
 
 def _norm(name: str) -> str:
@@ -131,7 +131,7 @@ def parse(path: Path, hints: Hints) -> Imported:
         elif hints.dtype is not None:
             dtype, dtype_source = hints.dtype, "--dtype"
         else:  # OMB before 7 reduced MPI_FLOAT and moved MPI_CHAR
-            dtype, dtype_source = ("float32" if op in REDUCING else "int8"), "OMB default"
+            dtype, dtype_source = ("float32" if OPS[op].reduces else "int8"), "OMB default"
         cols = tab.columns
         lat = next((c for c in cols if c.lower().startswith(("avg latency", "latency"))), None)
         bw = next((c for c in cols if "bandwidth" in c.lower() or c == "MB/s"), None)

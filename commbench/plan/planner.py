@@ -31,8 +31,7 @@ def forward_only(prog: Program) -> Program:
 
     steps = []
     for st in prog.steps:
-        if st.op == "p2p_schedule":
-            assert st.schedule is not None
+        if st.schedule is not None:
             sched = tuple(
                 tuple(a for a in acts if a.kind == "compute" or a.tag % 2 == FWD)
                 for acts in st.schedule
