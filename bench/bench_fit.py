@@ -29,7 +29,7 @@ from commbench import calibration  # noqa: E402
 from commbench.fit.calibrate import fit_collected, link_points  # noqa: E402
 from commbench.fit.collect import collect, read_fit_runs  # noqa: E402
 from commbench.fit.links import fit_link_table  # noqa: E402
-from commbench.fit.series import FitOptions  # noqa: E402
+from commbench.fit.options import FitOptions  # noqa: E402
 from commbench.results.rundir import RunWriter  # noqa: E402
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")

@@ -501,7 +501,7 @@ def _calibration(tmp: Path) -> dict:
     from commbench import calibration
     from commbench.fit import calibrate
     from commbench.fit.collect import collect, read_fit_runs
-    from commbench.fit.series import FitOptions
+    from commbench.fit.options import FitOptions
 
     _run("r")(tmp)
     doc, _, _ = calibrate.build(collect(read_fit_runs([tmp / "r"])), FitOptions(bootstrap=0))

@@ -374,7 +374,7 @@ def _calibration_doc() -> dict:
 
     from commbench.fit import calibrate
     from commbench.fit.collect import read_fit_runs
-    from commbench.fit.series import FitOptions
+    from commbench.fit.options import FitOptions
 
     recs = []
     for op, p, link in (("allreduce", 2, "intra"), ("allreduce", 4, "intra"),

@@ -17,7 +17,7 @@ from commbench.calibration.costmodels import model_time
 from commbench.errors import UsageError
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
-from commbench.fit.series import FitOptions
+from commbench.fit.options import FitOptions
 
 A_INTRA, B_INTRA = 2e-6, 1 / 10e9  # per step alpha, per byte beta of the intra link
 A_INTER, B_INTER = 10e-6, 1 / 2e9

@@ -13,7 +13,7 @@ from commbench import calibration, cli
 from commbench.calibration.costmodels import model_time
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
-from commbench.fit.series import FitOptions
+from commbench.fit.options import FitOptions
 
 A_INTRA, BW_INTRA = 2e-6, 100e9  # per-step alpha, bus bandwidth (B/s)
 A_INTER, BW_INTER = 8e-6, 25e9

@@ -14,7 +14,7 @@ from commbench import calibration, tables
 from commbench.commands.fit import print_report
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
-from commbench.fit.series import FitOptions
+from commbench.fit.options import FitOptions
 from commbench.report.html import Table as HTMLTable
 from commbench.report.html import table_html
 from commbench.report.tables import calibration_blocks

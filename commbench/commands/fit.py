@@ -129,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench.errors import UsageError
     from commbench.fit import calibrate
     from commbench.fit.collect import collect, read_fit_runs
-    from commbench.fit.series import FitOptions
+    from commbench.fit.options import FitOptions
 
     if args.min_sizes < 3:
         raise UsageError("--min-sizes must be at least 3 (a line through 2 sizes has no check)")

@@ -15,7 +15,8 @@ from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
 from commbench.fit.collect import Collected, SeriesData, SeriesKey
 from commbench.fit.links import LinkEntry, fit_link_table
-from commbench.fit.series import FitOptions, SeriesFitResult, fit_series
+from commbench.fit.options import FitOptions
+from commbench.fit.series import SeriesFitResult, fit_series
 from commbench.ops import bus_factor
 
 

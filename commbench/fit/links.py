@@ -15,7 +15,7 @@ import numpy as np
 
 from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
 from commbench.fit.collect import SeriesKey
-from commbench.fit.series import FitOptions
+from commbench.fit.options import FitOptions
 from commbench.fit.wls import robust_weights, solve, stats
 
 # models whose median error is within this factor of the lowest are ties

@@ -10,14 +10,11 @@ prefix sums, so a series of m sizes costs O(K m^2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from commbench.fit.options import FitOptions
 from commbench.fit.wls import median, solve
-
-if TYPE_CHECKING:
-    from commbench.fit.series import FitOptions
 
 # a segment needs min_sizes sizes whose mean robust weight is at least this, so that it cannot
 # be two trusted points and a down-weighted one fitted exactly

@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
+from commbench.fit.options import FitOptions
 from commbench.fit.segments import (
     Lines,
     Prepared,
@@ -43,25 +44,6 @@ from commbench.fit.segments import (
     prepare,
 )
 from commbench.fit.wls import TINY, median, robust_weights, solve
-
-
-@dataclass(frozen=True, kw_only=True)
-class FitOptions:
-    """Knobs of the series fit; the defaults are what `commbench fit` uses."""
-
-    min_sizes: int = 3  # distinct message sizes a segment (and a series) needs
-    max_segments: int = 5
-    penalty: float = 2.0  # multiplies the BIC parameter term
-    noise_floor: float = 1e-3  # relative error below which extra segments buy nothing
-    robust: bool = True
-    huber_k: float = 1.345
-    tukey_c: float = 4.685
-    min_scale: float = 0.005  # floor of the robust residual scale (relative)
-    bootstrap: int = 200
-    seed: int = 0
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 @dataclass(kw_only=True)

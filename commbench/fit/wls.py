@@ -9,12 +9,9 @@ reweighted least squares (Huber 1964, then Tukey's bisquare, Beaton & Tukey 1974
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from commbench.fit.series import FitOptions
+from commbench.fit.options import FitOptions
 
 # bisquare weights below this are treated as zero (an outlier)
 TINY = 1e-12

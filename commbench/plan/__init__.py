@@ -9,7 +9,7 @@ transport or torch. A PlanRequest (request.py) says what to plan; for every spli
    group inside a node is `intra` and one across nodes `inter`);
 2. checks the degrees against the model (patterns.violations: heads, KV heads, MLP width,
    layers, experts, sequence) and the global batch against dp x micro-batch;
-3. checks per-GPU memory (request.memory: bf16 weights, gradients, Adam 12 bytes/param sharded
+3. checks per-GPU memory (gpu_memory.memory: bf16 weights, gradients, Adam 12 bytes/param sharded
    by ZeRO stage as ZeRO does; activations after Korthikanti et al. 2022 for the micro-batches
    in flight under 1F1B, min(pp, m) on the first stage; inference: weights, KV cache
    2 L n_kv d_head bytes/token and one layer's activations);
@@ -26,12 +26,12 @@ compute_s = tokens x FLOPs/token / (gpus x peak x MFU).
 The answer (result.py) is a PlanResult, written as a plan file (results.planfile.PlanFile).
 """
 
+from commbench.plan.gpu_memory import memory
 from commbench.plan.planner import Planner, explain, plan
 from commbench.plan.request import (
     PlanRequest,
     flops_per_token,
     load_calibration,
-    memory,
     request_from_flags,
 )
 from commbench.plan.result import Evaluation, PlanResult, explain_file

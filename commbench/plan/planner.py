@@ -10,7 +10,8 @@ from typing import Any
 from commbench.calibration import Calibration
 from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
-from commbench.plan.request import GB, PlanRequest, compute_seconds, gb, memory
+from commbench.plan.gpu_memory import memory
+from commbench.plan.request import GB, PlanRequest, compute_seconds, gb
 from commbench.plan.result import Evaluation, PlanResult, assumptions
 from commbench.plan.search import DENSE, Candidate, Config, candidates, parse_config, rank_orders
 from commbench.plan.step_time import RoleTimes, step_time

@@ -1,5 +1,5 @@
-"""What to plan (PlanRequest, built from the flags or directly), and the two per-config numbers
-that need no calibration: compute time and memory per GPU."""
+"""What to plan (PlanRequest, built from the flags or directly), and the compute time of a step,
+which needs no calibration."""
 
 from __future__ import annotations
 
@@ -8,15 +8,13 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from commbench.dtypes import canonical_dtype, dtype_size
+from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.traffic.layout import host_map
-from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes, training_memory
 from commbench.traffic.model import ModelShape, parse_model_arg
 
 if TYPE_CHECKING:
     from commbench.calibration import Calibration
-    from commbench.plan.search import Config
 
 GB = 1e9
 DEFAULT_MFU = 0.40  # Llama 3 (Dubey et al. 2024, Table 4): 38-43% BF16 MFU on 8K-16K H100s
@@ -242,53 +240,6 @@ def compute_seconds(req: PlanRequest) -> float | None:
         * flops_per_token(req.model, req.seq, req.mode)
         / (req.gpus * req.peak_tflops * 1e12 * req.mfu)
     )
-
-
-# ---- memory ---------------------------------------------------------------------------------
-def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
-    """Bytes per GPU of the busiest rank by kind, and the total."""
-    model, seq = req.model, req.seq
-    if req.mode == "train":
-        mem = training_memory(
-            model,
-            tp=cfg.tp,
-            cp=cfg.cp,
-            pp=cfg.pp,
-            dp=cfg.dp,
-            ep=cfg.ep,
-            seq=seq,
-            micro_batch=cfg.micro_batch,
-            micro_batches=cfg.micro_batches,
-            zero_stage=cfg.zero_stage,
-            grad_dtype=req.grad_dtype,
-            sequence_parallel=req.sequence_parallel,
-            recompute=req.recompute,
-        ).as_dict()
-        return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
-    weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")
-    sequences = req.batch // cfg.dp  # every micro-batch's cache lives on every stage
-    kv = kv_cache_bytes(model, seq * sequences, "bfloat16", cfg.tp, cfg.pp, cfg.cp)
-    act = max(
-        activation_bytes_per_layer(
-            model,
-            seq,
-            cfg.micro_batch,
-            cfg.tp,
-            cfg.cp,
-            req.sequence_parallel,
-            "selective",
-            moe,
-        )
-        for moe in {model.is_moe_layer(i) for i in range(model.layers)}
-    )
-    return {
-        "weights": float(weights),
-        "grads": 0.0,
-        "optimizer": 0.0,
-        "activations": act,
-        "kv_cache": kv,
-        "total": weights + act + kv,
-    }
 
 
 def gb(nbytes: float) -> float:

@@ -90,7 +90,7 @@ def _calibration(opts: ReportOptions, runs: list[Run]) -> tuple[Calibration | No
         return None, "--no-fit given", False
     from commbench.fit import calibrate
     from commbench.fit.collect import collect
-    from commbench.fit.series import FitOptions
+    from commbench.fit.options import FitOptions
 
     collected = collect([(r, []) for r in runs if r.records])
     if not collected.series:
