@@ -27,10 +27,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from commbench.calibration.lines import predict_segments  # noqa: E402
 from commbench.fit.calibrate import fit_collected  # noqa: E402
 from commbench.fit.collect import collect, read_fit_runs  # noqa: E402
 from commbench.fit.options import FitOptions  # noqa: E402
-from commbench.fit.series import fit_series, predict_segments  # noqa: E402
+from commbench.fit.series import fit_series  # noqa: E402
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "sendrecv")
 

@@ -34,3 +34,10 @@ def canonical_dtype(name: str) -> str:
     if name not in DTYPE_SIZES:
         raise UsageError(f"unknown dtype {name!r}: choose from {', '.join(DTYPE_SIZES)}")
     return name
+
+
+def canonical_dtype_name(name: str) -> str:
+    """`bf16` -> `bfloat16`; names commbench does not run (int8 from an import) kept as is."""
+    key = str(name).lower()
+    key = DTYPE_ALIASES.get(key, key)
+    return key if key in DTYPE_SIZES else str(name).lower()

@@ -10,8 +10,9 @@ from collections import Counter
 import numpy as np
 
 from commbench.calibration import Calibration
+from commbench.calibration.series_key import SeriesKey
 from commbench.fit import calibrate
-from commbench.fit.collect import Collected, SeriesData, SeriesKey
+from commbench.fit.collect import Collected, SeriesData
 from commbench.ops import bus_factor
 
 ALPHA_S = 20e-6  # stated latency per op (synthetic)

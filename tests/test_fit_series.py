@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from commbench.calibration.lines import predict_segments
 from commbench.fit.options import FitOptions
-from commbench.fit.series import Segment, fit_series, predict_segments
+from commbench.fit.series import Segment, fit_series
 
 SIZES = np.array([8 << k for k in range(25)], dtype=float)  # 8 B .. 128 MiB
 ONE = (5e-6, 1 / 2e9)  # alpha 5 us, 2 GB/s

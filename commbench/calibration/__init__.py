@@ -4,18 +4,17 @@
     seconds = cal.predict("allreduce", 32 << 20, 8, "intra", dtype="bfloat16")
 
 document.py reads, validates and writes the file (its schema ships in commbench/schemas);
-predict.py answers predict()/explain() from it.
+series_key.py is the key each series is filed under; lines.py evaluates a series' segments
+and a link's model; predict.py answers predict()/explain() from them.
 """
 
 from commbench.calibration.document import KINDS, SCHEMA_VERSION, load, save, schema, validate
+from commbench.calibration.lines import Line, LinkModel, SeriesModel
 from commbench.calibration.predict import (
     PLACEMENT_PREFERENCE,
     TIMING_PREFERENCE,
     Calibration,
-    Line,
-    LinkModel,
     Prediction,
-    SeriesModel,
 )
 
 __all__ = [

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from commbench.calibration.predict import Calibration
+from commbench.calibration.series_key import SeriesKey
 from commbench.errors import UsageError
-from commbench.fit.collect import SeriesKey
 
 SCHEMA_VERSION = 1
 KINDS = ("measured", "reference")

@@ -22,55 +22,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from commbench.calibration.costmodels import MODELLED_OPS, model_time
-from commbench.dtypes import DTYPE_SIZES
+from commbench.calibration.costmodels import MODELLED_OPS
+from commbench.calibration.lines import Line, LinkModel, SeriesModel
+from commbench.calibration.series_key import SeriesKey
+from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
-from commbench.fit.collect import SeriesKey, canonical_dtype_name, canonical_op
-from commbench.fit.series import predict_segments
-from commbench.ops import OPS
+from commbench.ops import OPS, canonical_op
 from commbench.sizes import format_size
 
 TIMING_PREFERENCE = ("per-iteration", "pipelined")
 PLACEMENT_PREFERENCE = ("out-of-place", "in-place")
-
-
-@dataclass(frozen=True)
-class Line:
-    """One segment as predict() needs it."""
-
-    bytes_min: int
-    bytes_max: int
-    alpha_s: float
-    beta_s_per_byte: float
-
-
-@dataclass(frozen=True)
-class SeriesModel:
-    key: SeriesKey
-    bytes_min: int
-    bytes_max: int
-    segments: tuple[Line, ...]
-
-    def at(self, nbytes: float) -> float:
-        return predict_segments(list(self.segments), nbytes)
-
-    def covers(self, nbytes: float) -> bool:
-        return self.bytes_min <= nbytes <= self.bytes_max
-
-
-@dataclass(frozen=True, kw_only=True)
-class LinkModel:
-    backend: str
-    link_class: str
-    timing: str
-    best_model: str
-    alpha_s: float
-    beta_s_per_byte: float
-    group_sizes: tuple[int, ...]
-    note: str | None = None
-
-    def time(self, op: str, p: int, nbytes: float) -> float:
-        return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
 
 
 @dataclass(kw_only=True)

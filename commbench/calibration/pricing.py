@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commbench.calibration import Calibration, Prediction
-from commbench.dtypes import DTYPE_SIZES
+from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
-from commbench.fit.collect import canonical_dtype_name
 from commbench.ops import OPS
 from commbench.ops.p2p_schedule import schedule_of
 from commbench.traffic.layout import ParallelLayout

@@ -13,7 +13,8 @@ import numpy as np
 
 from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
-from commbench.fit.collect import Collected, SeriesData, SeriesKey
+from commbench.calibration.series_key import SeriesKey
+from commbench.fit.collect import Collected, SeriesData
 from commbench.fit.links import LinkEntry, fit_link_table
 from commbench.fit.options import FitOptions
 from commbench.fit.series import SeriesFitResult, fit_series

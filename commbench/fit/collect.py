@@ -19,46 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
-from commbench.dtypes import DTYPE_ALIASES, DTYPE_SIZES
+from commbench.calibration.series_key import DEFAULT_PLACEMENT, DEFAULT_TIMING, SeriesKey
+from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
-from commbench.ops import OP_ALIASES, OPS
+from commbench.ops import OPS, canonical_op
 from commbench.results.rundir import RECORDS, Run, read_run
 
-KEY_FIELDS = ("backend", "op", "link_class", "group_size", "dtype", "timing", "placement")
-DEFAULT_TIMING = "per-iteration"
-DEFAULT_PLACEMENT = "out-of-place"
 USED_KINDS = ("collective", "step", "point")
 # fields a `collective` record must carry for the fitter, beyond records.REQUIRED_FIELDS
 FIT_FIELDS = ("link_class", "wrong", "timing")
 # the record fields a series key is made of (with kind, which decides whether it is used)
 _RAW_KEY = ("kind", "op", "backend", "link_class", "group_size", "dtype", "timing", "placement")
-
-
-@dataclass(frozen=True, order=True)
-class SeriesKey:
-    """What one fitted line-set describes."""
-
-    backend: str
-    op: str
-    link_class: str
-    group_size: int
-    dtype: str
-    timing: str = DEFAULT_TIMING
-    placement: str = DEFAULT_PLACEMENT
-
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in KEY_FIELDS}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> SeriesKey:
-        return cls(**{k: d[k] for k in KEY_FIELDS if k in d})
-
-    def label(self) -> str:
-        extra = "" if self.placement == DEFAULT_PLACEMENT else f" {self.placement}"
-        return (
-            f"{self.op} p={self.group_size} {self.link_class} {self.dtype} {self.backend} "
-            f"{self.timing}{extra}"
-        )
 
 
 @dataclass
@@ -91,19 +62,6 @@ class Collected:
     @property
     def partial_runs(self) -> list[str]:
         return [r["run_id"] for r in self.runs if r["partial"]]
-
-
-def canonical_op(name: str) -> str:
-    """Records' op names, with the aliases program.py knows."""
-    key = str(name).lower()
-    return OP_ALIASES.get(key, key)
-
-
-def canonical_dtype_name(name: str) -> str:
-    """`bf16` -> `bfloat16`; names commbench does not run (int8 from an import) kept as is."""
-    key = str(name).lower()
-    key = DTYPE_ALIASES.get(key, key)
-    return key if key in DTYPE_SIZES else str(name).lower()
 
 
 def _line_numbers(path: Path) -> list[int]:

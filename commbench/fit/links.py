@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
-from commbench.fit.collect import SeriesKey
+from commbench.calibration.series_key import SeriesKey
 from commbench.fit.options import FitOptions
 from commbench.fit.wls import robust_weights, solve, stats
 

@@ -24,9 +24,7 @@ numpy only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -231,33 +229,3 @@ def _diagnostics(
             )
         )
     return segs, loso
-
-
-class Line(Protocol):
-    """What predict_segments reads of a segment (a fitted Segment or a loaded calibration line)."""
-
-    @property
-    def bytes_min(self) -> int: ...
-    @property
-    def bytes_max(self) -> int: ...
-    @property
-    def alpha_s(self) -> float: ...
-    @property
-    def beta_s_per_byte(self) -> float: ...
-
-
-def predict_segments(segments: Sequence[Line], nbytes: float) -> float:
-    """Seconds at nbytes from a series' segments: the segment holding nbytes; in a gap between
-    two segments the boundary is the geometric mean of their neighbouring measured sizes;
-    outside the measured range the nearest segment's line (the caller decides if allowed)."""
-    seg = segments[0]
-    for k, s in enumerate(segments):
-        if nbytes <= s.bytes_max:
-            seg = s
-            if nbytes < s.bytes_min and k > 0:
-                prev = segments[k - 1]
-                cut = np.sqrt(max(prev.bytes_max, 1) * max(s.bytes_min, 1))
-                seg = prev if nbytes < cut else s
-            break
-        seg = s
-    return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)

@@ -10,10 +10,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commbench.dtypes import DTYPE_SIZES
+from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
-from commbench.fit.collect import canonical_dtype_name, canonical_op
-from commbench.ops import SWEEP_OPS, bus_factor
+from commbench.ops import SWEEP_OPS, bus_factor, canonical_op
 from commbench.results.records import ImportedRecord, ImportSource
 
 # MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names

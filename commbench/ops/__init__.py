@@ -50,6 +50,12 @@ def op_spec(name: str) -> OpSpec:
     return OPS[key]
 
 
+def canonical_op(name: str) -> str:
+    """Records' op names, aliases resolved; a name commbench does not know is kept (lower-cased)."""
+    key = str(name).lower()
+    return OP_ALIASES.get(key, key)
+
+
 def bus_factor(op: str, p: int) -> float:
     """nccl-tests bus-bandwidth factor of `op` in a group of p ranks."""
     return op_spec(op).bus_factor(p)

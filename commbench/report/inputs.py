@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from commbench.calibration.series_key import SeriesKey
 from commbench.errors import UsageError
-from commbench.fit.collect import SeriesKey, collect
+from commbench.fit.collect import collect
 from commbench.results.planfile import PlanFile
 from commbench.results.records import PointRecord, StepRecord
 from commbench.results.rundir import RECORDS, Run, is_run_dir, read_run

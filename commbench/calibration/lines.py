@@ -1,0 +1,82 @@
+"""A calibration's lines: the piecewise alpha-beta segments of one measured series, and a link's
+alpha-beta under a named algorithm model (Thakur, Rabenseifner & Gropp 2005). predict() picks
+one; this module evaluates it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from commbench.calibration.costmodels import model_time
+from commbench.calibration.series_key import SeriesKey
+
+
+@dataclass(frozen=True)
+class Line:
+    """One segment as predict() needs it."""
+
+    bytes_min: int
+    bytes_max: int
+    alpha_s: float
+    beta_s_per_byte: float
+
+
+class SegmentLike(Protocol):
+    """What predict_segments reads of a segment (a fitted Segment or a loaded calibration line)."""
+
+    @property
+    def bytes_min(self) -> int: ...
+    @property
+    def bytes_max(self) -> int: ...
+    @property
+    def alpha_s(self) -> float: ...
+    @property
+    def beta_s_per_byte(self) -> float: ...
+
+
+def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
+    """Seconds at nbytes from a series' segments: the segment holding nbytes; in a gap between
+    two segments the boundary is the geometric mean of their neighbouring measured sizes;
+    outside the measured range the nearest segment's line (the caller decides if allowed)."""
+    seg = segments[0]
+    for k, s in enumerate(segments):
+        if nbytes <= s.bytes_max:
+            seg = s
+            if nbytes < s.bytes_min and k > 0:
+                prev = segments[k - 1]
+                cut = math.sqrt(max(prev.bytes_max, 1) * max(s.bytes_min, 1))
+                seg = prev if nbytes < cut else s
+            break
+        seg = s
+    return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)
+
+
+@dataclass(frozen=True)
+class SeriesModel:
+    key: SeriesKey
+    bytes_min: int
+    bytes_max: int
+    segments: tuple[Line, ...]
+
+    def at(self, nbytes: float) -> float:
+        return predict_segments(list(self.segments), nbytes)
+
+    def covers(self, nbytes: float) -> bool:
+        return self.bytes_min <= nbytes <= self.bytes_max
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkModel:
+    backend: str
+    link_class: str
+    timing: str
+    best_model: str
+    alpha_s: float
+    beta_s_per_byte: float
+    group_sizes: tuple[int, ...]
+    note: str | None = None
+
+    def time(self, op: str, p: int, nbytes: float) -> float:
+        return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
