@@ -56,8 +56,8 @@ def main() -> int:
     lib.floor_point.argtypes += [ctypes.POINTER(ctypes.c_double)] * 2
     med, low = ctypes.c_double(), ctypes.c_double()
 
-    steps = {(op, s): Step(op, round_bytes(op, s, p, "float32"), dtype="float32") for op in ops
-             for s in sizes}  # fmt: skip
+    steps = {(op, s): Step(op=op, nbytes=round_bytes(op, s, p, "float32"), dtype="float32")
+             for op in ops for s in sizes}  # fmt: skip
     most = max(st.nbytes for st in steps.values())
     info = sweep_mesh(p, p).info("group")
     world = MPICommunicator.world()

@@ -30,22 +30,26 @@ def cases(world: int) -> list[tuple[Step, int]]:
     for p in groups:
         for op in ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce"):
             for s in SIZES:
-                out.append((Step(op, round_bytes(op, s, p, "float32"), dtype="float32"), p))
+                out.append(
+                    (Step(op=op, nbytes=round_bytes(op, s, p, "float32"), dtype="float32"), p)
+                )
         for s in SIZES:
             n = round_bytes("sendrecv", s, p, "float32")
-            out.append((Step("sendrecv", n, dtype="float32"), p))
-            out.append((Step("sendrecv", n, dtype="float32", ring=False), p))
+            out.append((Step(op="sendrecv", nbytes=n, dtype="float32"), p))
+            out.append((Step(op="sendrecv", nbytes=n, dtype="float32", ring=False), p))
         split = tuple(tuple(4 * (1 + (i + j) % 3) for j in range(p)) for i in range(p))
-        out.append((Step("alltoallv", max(map(sum, split)), dtype="float32", split=split), p))
-    out.append((Step("allreduce", 4096, dtype="int32"), world))
-    out.append((Step("allreduce", 4096, dtype="float64"), world))
+        out.append(
+            (Step(op="alltoallv", nbytes=max(map(sum, split)), dtype="float32", split=split), p)
+        )
+    out.append((Step(op="allreduce", nbytes=4096, dtype="int32"), world))
+    out.append((Step(op="allreduce", nbytes=4096, dtype="float64"), world))
     n = round_bytes("allgather", 4096, world, "bfloat16")
-    out.append((Step("allgather", n, dtype="bfloat16"), world))
-    out.append((Step("pingpong", 4096, dtype="float32"), 2))
+    out.append((Step(op="allgather", nbytes=n, dtype="bfloat16"), world))
+    out.append((Step(op="pingpong", nbytes=4096, dtype="float32"), 2))
     chain = tuple(
         (Action("send", 1, 4096),) if r % 2 == 0 else (Action("recv", -1, 4096),) for r in range(2)
     )
-    out.append((Step("p2p_schedule", 4096, dtype="float32", schedule=chain), 2))
+    out.append((Step(op="p2p_schedule", nbytes=4096, dtype="float32", schedule=chain), 2))
     return out
 
 

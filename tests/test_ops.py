@@ -47,11 +47,11 @@ def cases():
 def step_of(op: str, p: int) -> Step:
     """A step of S bytes: alltoallv with the even split, p2p_schedule a ring of S messages."""
     if op == "alltoallv":
-        return Step(op, S, split=tuple(tuple([S // p] * p) for _ in range(p)))
+        return Step(op=op, nbytes=S, split=tuple(tuple([S // p] * p) for _ in range(p)))
     if op == "p2p_schedule":
         ring = tuple((Action("send", 1, S, tag=0), Action("recv", -1, S, tag=0)) for _ in range(p))
-        return Step(op, S, schedule=ring)
-    return Step(op, S)
+        return Step(op=op, nbytes=S, schedule=ring)
+    return Step(op=op, nbytes=S)
 
 
 def test_every_op_has_an_independent_formula():

@@ -145,9 +145,9 @@ def test_custom_shapes_and_errors():
     with pytest.raises(UsageError, match="missing"):
         ModelShape.from_dict({"name": "x", "layers": 2})
     with pytest.raises(UsageError, match="kv_heads 3 must divide heads 8"):
-        ModelShape("x", 2, 64, 128, 8, kv_heads=3)
+        ModelShape(name="x", layers=2, hidden=64, ffn_hidden=128, heads=8, kv_heads=3)
     with pytest.raises(UsageError, match="top_k"):
-        ModelShape("x", 2, 64, 128, 8, experts=4, top_k=5)
+        ModelShape(name="x", layers=2, hidden=64, ffn_hidden=128, heads=8, experts=4, top_k=5)
     with pytest.raises(UsageError, match="unknown model 'llama-9b'"):
         get_model("llama-9b")
     assert set(PRESETS) >= {"llama-7b", "llama-13b", "llama-70b", "mixtral-8x7b"}

@@ -313,7 +313,7 @@ def test_degree_violations_name_the_degree():
         pp.build(ParallelLayout(6, pp=3), L7, pp.Options())
     with pytest.raises(UsageError, match="cp: cp=3 does not divide the sequence length 4096"):
         cp.build(ParallelLayout(6, cp=3), L7, cp.Options())
-    tiny = ModelShape("t", 2, 64, 128, 4, experts=6, top_k=2)
+    tiny = ModelShape(name="t", layers=2, hidden=64, ffn_hidden=128, heads=4, experts=6, top_k=2)
     with pytest.raises(UsageError, match="ep: ep=4 does not divide the 6 experts"):
         ep.build(ParallelLayout(8, ep=4), tiny, ep.Options(seq_len=64))
 

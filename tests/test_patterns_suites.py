@@ -246,10 +246,10 @@ def test_plan_measures_identical_steps_once():
 
 def test_max_bytes_measures_a_chunk_and_scales():
     MiB = 1 << 20
-    step = Step("allreduce", 32 * MiB, "tp", 64)
+    step = Step(op="allreduce", nbytes=32 * MiB, axis="tp", repeat=64)
     small, scale, chunks, extrap = fit_budget(step, 4, 16 * MiB)
     assert extrap and chunks == 4 and small.nbytes == 8 * MiB and scale == 4
-    ag = Step("allgather", 30 * MiB, "dp", 1)
+    ag = Step(op="allgather", nbytes=30 * MiB, axis="dp", repeat=1)
     small, scale, chunks, extrap = fit_budget(ag, 3, 8 * MiB)
     assert small.nbytes * scale == pytest.approx(30 * MiB) and small.nbytes % (3 * 2) == 0
     assert fit_budget(step, 4, 64 * MiB) == (step, 1.0, 1, False)

@@ -196,8 +196,8 @@ def test_evaluator_prices_by_the_stated_line_and_says_how():
     prog = Program(
         "t",
         (
-            Step("allreduce", 1 << 20, "tp", 3, dtype="bfloat16"),
-            Step("allgather", 1 << 20, "tp", 2, dtype="bfloat16"),
+            Step(op="allreduce", nbytes=1 << 20, axis="tp", repeat=3, dtype="bfloat16"),
+            Step(op="allgather", nbytes=1 << 20, axis="tp", repeat=2, dtype="bfloat16"),
         ),
     )
     est = ev.program(prog, lay)
@@ -215,7 +215,9 @@ def test_evaluator_prices_by_the_stated_line_and_says_how():
 def test_evaluator_refuses_outside_the_calibration_unless_extrapolating():
     cal = synthetic_calibration()
     lay = ParallelLayout(4, tp=4)
-    prog = Program("t", (Step("allreduce", 64 << 20, "tp", 1, dtype="float32"),))
+    prog = Program(
+        "t", (Step(op="allreduce", nbytes=64 << 20, axis="tp", repeat=1, dtype="float32"),)
+    )
     est = Evaluator(cal).program(prog, lay)
     assert est.total_s is None and "outside the measured sizes" in est.error
     est = Evaluator(cal, extrapolate=True).program(prog, lay)
@@ -227,7 +229,7 @@ def test_evaluator_refuses_outside_the_calibration_unless_extrapolating():
 
 def test_alltoallv_is_priced_at_the_busiest_rank():
     split = ((100, 900, 0, 0), (0, 0, 0, 0), (0, 0, 0, 0), (0, 2000, 0, 48))
-    st = Step("alltoallv", 2048, "ep", 1, split=split)
+    st = Step(op="alltoallv", nbytes=2048, axis="ep", repeat=1, split=split)
     assert busiest_bytes(st) == 2900  # rank 1 receives 900 + 2000
 
 
@@ -235,7 +237,9 @@ def test_pipeline_schedule_is_simulated_with_priced_messages():
     cal = synthetic_calibration()
     nbytes = 64 * KiB
     sched = pp_pattern.schedule(2, 1, nbytes)  # one micro-batch: forward then backward message
-    prog = Program("pp", (Step("p2p_schedule", nbytes, "pp", schedule=sched, ring=False),))
+    prog = Program(
+        "pp", (Step(op="p2p_schedule", nbytes=nbytes, axis="pp", schedule=sched, ring=False),)
+    )
     est = Evaluator(cal).program(prog, ParallelLayout(2, pp=2))
     msg = stated_time("sendrecv", nbytes, 2)
     assert est.total_s == pytest.approx(2 * msg, rel=0.05)

@@ -19,10 +19,10 @@ def test_bus_factors(p):
 
 def test_send_recv_bytes_follow_nccl_tests():
     # allgather: S is the gathered output; reduce_scatter: S is the input
-    assert OPS["allgather"].buffers(Step("allgather", 1024), 4) == (256, 1024)
-    assert OPS["reduce_scatter"].buffers(Step("reduce_scatter", 1024), 4) == (1024, 256)
-    assert OPS["allreduce"].buffers(Step("allreduce", 1024), 4) == (1024, 1024)
-    assert OPS["alltoall"].buffers(Step("alltoall", 1024), 4) == (1024, 1024)
+    assert OPS["allgather"].buffers(Step(op="allgather", nbytes=1024), 4) == (256, 1024)
+    assert OPS["reduce_scatter"].buffers(Step(op="reduce_scatter", nbytes=1024), 4) == (1024, 256)
+    assert OPS["allreduce"].buffers(Step(op="allreduce", nbytes=1024), 4) == (1024, 1024)
+    assert OPS["alltoall"].buffers(Step(op="alltoall", nbytes=1024), 4) == (1024, 1024)
 
 
 def test_round_bytes():

@@ -120,7 +120,17 @@ def test_ep_loads_match_the_programs_dispatch_split():
     prog = patterns.rebuild(rec)[3]
     split = prog.steps[0].split  # dispatch: bytes[src][dst]
     token_bytes = get_model("mixtral-8x7b").hidden * 2
-    row = PointRow("r", 1, "ep", "mixtral-8x7b", layout.label(), "router=zipf", 1.0, {}, record=rec)
+    row = PointRow(
+        run_id="r",
+        index=1,
+        pattern="ep",
+        model="mixtral-8x7b",
+        config=layout.label(),
+        options="router=zipf",
+        time_us=1.0,
+        breakdown={},
+        record=rec,
+    )
     (load,) = ep_loads([row])
     assert load.per_rank == [sum(col) // token_bytes for col in zip(*split)]
     assert sum(load.experts) == sum(load.per_rank)

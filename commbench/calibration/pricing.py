@@ -55,7 +55,7 @@ class Priced:
     error: str | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepEstimate:
     """A Program step's prediction: per op, in total (x repeat) and the communication part."""
 

@@ -100,8 +100,8 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
         steps.setdefault(
             nbytes,
             Step(
-                spec.name,
-                nbytes,
+                op=spec.name,
+                nbytes=nbytes,
                 axis="group",
                 dtype=dtype,
                 label=spec.name,

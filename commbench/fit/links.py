@@ -22,7 +22,7 @@ from commbench.fit.wls import robust_weights, solve, stats
 TIE = 1.01
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ModelFit:
     """One algorithm model's joint fit over a link's points."""
 
@@ -53,7 +53,7 @@ class ModelFit:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LinkEntry:
     """The link table row of one (backend, link class, timing)."""
 

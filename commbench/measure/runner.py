@@ -31,7 +31,7 @@ class Interrupted(Exception):
 DEFAULT_BUDGET_S = 0.2  # target timed seconds per point when iteration counts adapt
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimingConfig:
     """How each point is timed; None means adapt to the message size."""
 

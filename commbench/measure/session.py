@@ -56,7 +56,7 @@ ENV_PREFIXES = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SessionOptions:
     """What every measuring command shares: backend, where results go, safety limits."""
 

@@ -29,9 +29,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     c = n // p
     s, rv = views.send(c * dtype_size(dt)), views.recv(step.nbytes)
     return Binding(
-        comm.allgather(s, rv),
-        [(s, fill(comm.rank, c, dt)), (rv, fill(POISON, n, dt))],
-        [(rv, concat(fill(q, c, dt) for q in range(p)))],
+        fn=comm.allgather(s, rv),
+        inputs=[(s, fill(comm.rank, c, dt)), (rv, fill(POISON, n, dt))],
+        expected=[(rv, concat(fill(q, c, dt) for q in range(p)))],
     )
 
 

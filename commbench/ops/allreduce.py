@@ -23,10 +23,10 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     s, rv = views.send(step.nbytes), views.recv(step.nbytes)
     mine = fill(comm.rank, n, dt)
     return Binding(
-        comm.allreduce(s, rv),
-        [(s, mine), (rv, mine)],
-        [(rv, fill_sum(range(p), n, dt))],
-        [(rv, fill_zeros(n, dt))],
+        fn=comm.allreduce(s, rv),
+        inputs=[(s, mine), (rv, mine)],
+        expected=[(rv, fill_sum(range(p), n, dt))],
+        zero_after=[(rv, fill_zeros(n, dt))],
     )
 
 

@@ -23,9 +23,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     c = n // p
     s, rv = views.send(step.nbytes), views.recv(step.nbytes)
     return Binding(
-        comm.alltoall(s, rv),
-        [(s, fill(r, n, dt)), (rv, fill(POISON, n, dt))],
-        [(rv, concat(fill(q, c, dt, start=r * c) for q in range(p)))],
+        fn=comm.alltoall(s, rv),
+        inputs=[(s, fill(r, n, dt)), (rv, fill(POISON, n, dt))],
+        expected=[(rv, concat(fill(q, c, dt, start=r * c) for q in range(p)))],
     )
 
 

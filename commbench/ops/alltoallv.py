@@ -82,9 +82,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     s, rv = views.send(max(ns, 1) * el), views.recv(max(nr, 1) * el)
     exp = concat(fill(q, rcounts[q], dt, start=sum(counts[q][:r])) for q in range(p))
     return Binding(
-        comm.alltoallv(s, scounts, sdispls, rv, rcounts, rdispls),
-        [(s, fill(r, max(ns, 1), dt)), (rv, fill(POISON, max(nr, 1), dt))],
-        [(views.recv(nr * el), exp)] if nr else [],
+        fn=comm.alltoallv(s, scounts, sdispls, rv, rcounts, rdispls),
+        inputs=[(s, fill(r, max(ns, 1), dt)), (rv, fill(POISON, max(nr, 1), dt))],
+        expected=[(views.recv(nr * el), exp)] if nr else [],
     )
 
 

@@ -22,7 +22,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     r, n, dt = comm.rank, step.count, step.dtype
     buf = views.recv(step.nbytes)
     first = fill(0, n, dt) if r == 0 else fill(POISON + r, n, dt)
-    return Binding(comm.broadcast(buf, 0), [(buf, first)], [(buf, fill(0, n, dt))])
+    return Binding(
+        fn=comm.broadcast(buf, 0), inputs=[(buf, first)], expected=[(buf, fill(0, n, dt))]
+    )
 
 
 SPEC = OpSpec(

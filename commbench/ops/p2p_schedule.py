@@ -118,7 +118,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
                 compute(seconds)
         waitall(pending)
 
-    return Binding(fn, [(send_all, fill(r, max(most, el) // el, dt))], [], inline=check)
+    return Binding(
+        fn=fn, inputs=[(send_all, fill(r, max(most, el) // el, dt))], expected=[], inline=check
+    )
 
 
 SPEC = OpSpec(

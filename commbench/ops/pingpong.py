@@ -25,9 +25,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     buf = views.recv(step.nbytes)
     first = fill(0, n, dt) if r == 0 else fill(POISON, n, dt)
     return Binding(
-        comm.pingpong(buf, 1 - r, r == 0),
-        [(buf, first)],
-        [(buf, fill(0, n, dt))],
+        fn=comm.pingpong(buf, 1 - r, r == 0),
+        inputs=[(buf, first)],
+        expected=[(buf, fill(0, n, dt))],
         time_scale=0.5,
     )
 

@@ -23,10 +23,10 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     s, rv = views.send(step.nbytes), views.recv(step.nbytes)
     mine = fill(r, n, dt)
     return Binding(
-        comm.reduce(s, rv, 0),
-        [(s, mine), (rv, mine)],
-        [(rv, fill_sum(range(p), n, dt))] if r == 0 else [],
-        [(rv, fill_zeros(n, dt))],
+        fn=comm.reduce(s, rv, 0),
+        inputs=[(s, mine), (rv, mine)],
+        expected=[(rv, fill_sum(range(p), n, dt))] if r == 0 else [],
+        zero_after=[(rv, fill_zeros(n, dt))],
     )
 
 

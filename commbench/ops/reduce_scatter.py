@@ -29,9 +29,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     c = n // p
     s, rv = views.send(step.nbytes), views.recv(c * dtype_size(dt))
     return Binding(
-        comm.reduce_scatter(s, rv),
-        [(s, fill(r, n, dt)), (rv, fill(POISON, c, dt))],
-        [(rv, fill_sum(range(p), c, dt, start=r * c))],
+        fn=comm.reduce_scatter(s, rv),
+        inputs=[(s, fill(r, n, dt)), (rv, fill(POISON, c, dt))],
+        expected=[(rv, fill_sum(range(p), c, dt, start=r * c))],
     )
 
 

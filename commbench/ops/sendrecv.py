@@ -46,9 +46,9 @@ def bind(comm: Communicator, step: Step, views: Views) -> Binding:
         source = r - k if 0 <= r - k < p else None
     s, rv = views.send(step.nbytes), views.recv(step.nbytes)
     return Binding(
-        comm.sendrecv(s, dest, rv, source),
-        [(s, fill(r, n, dt)), (rv, fill(POISON, n, dt))],
-        [(rv, fill(source, n, dt))] if source is not None else [],
+        fn=comm.sendrecv(s, dest, rv, source),
+        inputs=[(s, fill(r, n, dt)), (rv, fill(POISON, n, dt))],
+        expected=[(rv, fill(source, n, dt))] if source is not None else [],
     )
 
 

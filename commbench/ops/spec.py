@@ -73,7 +73,7 @@ class InlineCheck:
     wrong: int = 0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Binding:
     """An op bound to this rank's buffers: `fn` is timed; around one checked call, `inputs` are
     written, `expected` compared, and `zero_after` reset (in-place sums keep growing)."""
@@ -106,7 +106,7 @@ def no_sweep_fields(nbytes: int, p: int, peer: int) -> dict[str, Any]:
     return {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpSpec:
     """One communication op. Hooks default to the plain case (S in, S out, S recorded)."""
 

@@ -102,7 +102,7 @@ class Planner:
         if hit is not None:
             return hit
         req = self.req
-        layout = ParallelLayout(req.gpus, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp)
+        layout = ParallelLayout(req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp)
         options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
         progs = patterns.training_step(
             layout, req.model, self.workload(cfg), cfg.zero_stage, options
@@ -131,7 +131,9 @@ class Planner:
         key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches)
         hit = self._programs.get(key)
         if hit is None:
-            layout = ParallelLayout(self.req.gpus, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp)
+            layout = ParallelLayout(
+                self.req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp
+            )
             opts = {
                 k: v
                 for k, v in self.workload(cfg).items()

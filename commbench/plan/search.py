@@ -47,7 +47,14 @@ class Config:
 
     def layout(self, gpus: int, nodes: tuple[int, ...]) -> ParallelLayout:
         return ParallelLayout(
-            gpus, self.tp, self.cp, self.ep, self.dp, self.pp, self.order, nodes=nodes
+            gpus,
+            tp=self.tp,
+            cp=self.cp,
+            ep=self.ep,
+            dp=self.dp,
+            pp=self.pp,
+            order=self.order,
+            nodes=nodes,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -105,7 +112,7 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                     else [1]
                 )
                 for ep in eps:
-                    layout = ParallelLayout(req.gpus, tp, cp, ep, dp, pp)
+                    layout = ParallelLayout(req.gpus, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
                     bad = [why for _, why in violations(layout, model, seq, req.sequence_parallel)]
                     for b in req.micro_batch_sizes:
                         reasons = list(bad)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 FIGURES_DIR = "figures"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReportOptions:
     """What to report on and where to write it."""
 

@@ -146,7 +146,7 @@ def curves(runs: list[Run], cal: Calibration | None = None) -> tuple[list[Curve]
 
 
 # ---- suite points ------------------------------------------------------------------------
-@dataclass
+@dataclass(kw_only=True)
 class PointRow:
     """A suite point: its configuration and its communication time split by op@axis."""
 
@@ -186,20 +186,20 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
             seen.add(pt.point)
             rows.append(
                 PointRow(
-                    run.path.name,
-                    pt.point,
-                    pt.pattern,
-                    pt.model or "-",
-                    pt.config.label,
-                    options_label(pt.swept),
-                    float(pt.time_us),
-                    {k: float(v.time_us) for k, v in pt.breakdown.items()},
-                    pt.bytes,
-                    pt.busbw_GBps,
-                    pt.wrong,
-                    pt.extrapolated,
-                    True,
-                    rec,
+                    run_id=run.path.name,
+                    index=pt.point,
+                    pattern=pt.pattern,
+                    model=pt.model or "-",
+                    config=pt.config.label,
+                    options=options_label(pt.swept),
+                    time_us=float(pt.time_us),
+                    breakdown={k: float(v.time_us) for k, v in pt.breakdown.items()},
+                    bytes=pt.bytes,
+                    busbw_GBps=pt.busbw_GBps,
+                    wrong=pt.wrong,
+                    extrapolated=pt.extrapolated,
+                    complete=True,
+                    record=rec,
                 )
             )
         orphans: dict[int, list[StepRecord]] = {}
@@ -215,14 +215,14 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
                 bd[key] = bd.get(key, 0.0) + float(s.time_total_us)
             rows.append(
                 PointRow(
-                    run.path.name,
-                    idx,
-                    first.pattern,
-                    first.model or "-",
-                    first.config.label,
-                    "-",
-                    sum(bd.values()),
-                    bd,
+                    run_id=run.path.name,
+                    index=idx,
+                    pattern=first.pattern,
+                    model=first.model or "-",
+                    config=first.config.label,
+                    options="-",
+                    time_us=sum(bd.values()),
+                    breakdown=bd,
                     wrong=sum(s.wrong for s in steps),
                     extrapolated=any(s.extrapolated for s in steps),
                     complete=False,

@@ -26,7 +26,7 @@ class Pass:
     end: float
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Timeline:
     """The replayed schedule of one point and what it says about the bubble."""
 
@@ -120,15 +120,15 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
     passes, makespan = replay(sched, msg)
     bubble = point.get("bubble_measured")
     return Timeline(
-        label,
-        p,
-        m,
-        passes,
-        makespan,
-        msg,
-        unit,
-        pp.bubble_fraction(p, m),
-        bubble if isinstance(bubble, (int, float)) else None,
-        measured_s,
-        note,
+        label=label,
+        stages=p,
+        micro_batches=m,
+        passes=passes,
+        makespan=makespan,
+        message_s=msg,
+        unit=unit,
+        bubble_theory=pp.bubble_fraction(p, m),
+        bubble_measured=bubble if isinstance(bubble, (int, float)) else None,
+        measured_s=measured_s,
+        note=note,
     )

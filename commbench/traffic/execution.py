@@ -15,7 +15,7 @@ from commbench.traffic.patterns.base import resolve_axis
 from commbench.traffic.program import Program, Step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Measured:
     """One step to measure, standing for program steps `indices` (identical but for phase
     and label); its median time x scale x repeat is their share of the step's time."""
@@ -76,14 +76,14 @@ def plan(
             note = ", ".join(filter(None, [note, f"messages in {chunks} pieces"]))
         out.append(
             Measured(
-                step,
-                info,
-                tuple(idx),
-                sum(program.steps[i].repeat for i in idx),
-                scale * dtype_scale,
-                chunks,
-                extrap,
-                note,
+                step=step,
+                info=info,
+                indices=tuple(idx),
+                repeat=sum(program.steps[i].repeat for i in idx),
+                scale=scale * dtype_scale,
+                chunks=chunks,
+                extrapolated=extrap,
+                note=note,
             )
         )
     return out

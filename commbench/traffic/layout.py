@@ -9,7 +9,7 @@ with its size, stride, the hosts it spans and its link class (`intra` one host, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from math import prod
@@ -148,6 +148,7 @@ class ParallelLayout:
     """
 
     world: int
+    _: KW_ONLY  # the degrees and the rest by keyword: ParallelLayout(16, tp=4)
     tp: int = 1
     cp: int = 1
     ep: int = 1

@@ -14,7 +14,7 @@ from typing import Any
 from commbench.errors import UsageError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelShape:
     """A decoder-only transformer's shape; optional fields default from the others.
 
@@ -282,13 +282,15 @@ PRESETS: dict[str, ModelShape] = {
     m.name: m
     for m in (
         # Llama 2 7B / 13B: MHA, SwiGLU, 4K context
-        ModelShape("llama-7b", layers=32, hidden=4096, ffn_hidden=11008, heads=32),
-        ModelShape("llama-13b", layers=40, hidden=5120, ffn_hidden=13824, heads=40),
+        ModelShape(name="llama-7b", layers=32, hidden=4096, ffn_hidden=11008, heads=32),
+        ModelShape(name="llama-13b", layers=40, hidden=5120, ffn_hidden=13824, heads=40),
         # Llama 2 70B: GQA with 8 KV heads
-        ModelShape("llama-70b", layers=80, hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8),
+        ModelShape(
+            name="llama-70b", layers=80, hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8
+        ),
         # Llama 3 8B: GQA, 128K vocabulary, 8K context
         ModelShape(
-            "llama3-8b",
+            name="llama3-8b",
             layers=32,
             hidden=4096,
             ffn_hidden=14336,
@@ -299,7 +301,7 @@ PRESETS: dict[str, ModelShape] = {
         ),
         # Mixtral 8x7B / 8x22B: 8 experts, top-2, every layer MoE
         ModelShape(
-            "mixtral-8x7b",
+            name="mixtral-8x7b",
             layers=32,
             hidden=4096,
             ffn_hidden=14336,
@@ -309,7 +311,7 @@ PRESETS: dict[str, ModelShape] = {
             top_k=2,
         ),
         ModelShape(
-            "mixtral-8x22b",
+            name="mixtral-8x22b",
             layers=56,
             hidden=6144,
             ffn_hidden=16384,
@@ -321,7 +323,7 @@ PRESETS: dict[str, ModelShape] = {
         ),
         # GPT-3 175B: GeLU MLP (4h), tied embeddings, 2K context (Korthikanti et al.'s model)
         ModelShape(
-            "gpt3-175b",
+            name="gpt3-175b",
             layers=96,
             hidden=12288,
             ffn_hidden=49152,

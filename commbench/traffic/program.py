@@ -28,7 +28,7 @@ class Action:
         assert self.kind in ("send", "recv", "compute"), self.kind
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """One communication op of a training step, executed `repeat` times on the groups of `axis`.
 

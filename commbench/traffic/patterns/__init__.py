@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PatternSpec:
     """A registered pattern: its Options class, build function, the degree it exercises
     (None: the collectives sweep), its role in a training step and whether it needs a model /
@@ -89,15 +89,26 @@ class PatternSpec:
 PATTERNS: dict[str, PatternSpec] = {
     s.name: s
     for s in (
-        PatternSpec("dp", dp, Axis.DP, Role.GRADIENT),
-        PatternSpec("zero", zero, Axis.DP, Role.GRADIENT),
-        PatternSpec("tp", tp, Axis.TP, Role.IN_LAYER, sequence_parallel_option=True),
-        PatternSpec("pp", pp, Axis.PP, Role.PIPELINE, sequence_parallel_option=True),
-        PatternSpec("cp", cp, Axis.CP, Role.IN_LAYER),
+        PatternSpec(name="dp", module=dp, axis=Axis.DP, role=Role.GRADIENT),
+        PatternSpec(name="zero", module=zero, axis=Axis.DP, role=Role.GRADIENT),
         PatternSpec(
-            "ep", ep, Axis.EP, Role.IN_LAYER, needs_moe=True, always_sequence_parallel=True
+            name="tp", module=tp, axis=Axis.TP, role=Role.IN_LAYER, sequence_parallel_option=True
         ),
-        PatternSpec("collectives", collectives, None, Role.SWEEP, needs_model=False),
+        PatternSpec(
+            name="pp", module=pp, axis=Axis.PP, role=Role.PIPELINE, sequence_parallel_option=True
+        ),
+        PatternSpec(name="cp", module=cp, axis=Axis.CP, role=Role.IN_LAYER),
+        PatternSpec(
+            name="ep",
+            module=ep,
+            axis=Axis.EP,
+            role=Role.IN_LAYER,
+            needs_moe=True,
+            always_sequence_parallel=True,
+        ),
+        PatternSpec(
+            name="collectives", module=collectives, axis=None, role=Role.SWEEP, needs_model=False
+        ),
     )
 }
 

@@ -86,6 +86,15 @@ def build(layout: ParallelLayout, model: ModelShape | None, options: Options) ->
                     if op == "alltoallv":
                         split = tuple(tuple([nbytes // g] * g) for _ in range(g))
                     steps.append(
-                        Step(op, nbytes, axis, 1, "sweep", dtype, f"{op} {placement}", split)
+                        Step(
+                            op=op,
+                            nbytes=nbytes,
+                            axis=axis,
+                            repeat=1,
+                            phase="sweep",
+                            dtype=dtype,
+                            label=f"{op} {placement}",
+                            split=split,
+                        )
                     )
     return Program(NAME, tuple(steps), {"group_sizes": group_sizes(layout.world, options)})

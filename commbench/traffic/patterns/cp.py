@@ -47,11 +47,35 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         return Program(NAME, (), meta)
     dt = options.dtype
     steps = [
-        Step("sendrecv", unit, AXIS, (c - 1) * n, "forward", dt, "K,V ring step"),
-        Step("sendrecv", unit, AXIS, 2 * n, "backward", dt, "K,V first / dK,dV last step"),
+        Step(
+            op="sendrecv",
+            nbytes=unit,
+            axis=AXIS,
+            repeat=(c - 1) * n,
+            phase="forward",
+            dtype=dt,
+            label="K,V ring step",
+        ),
+        Step(
+            op="sendrecv",
+            nbytes=unit,
+            axis=AXIS,
+            repeat=2 * n,
+            phase="backward",
+            dtype=dt,
+            label="K,V first / dK,dV last step",
+        ),
     ]
     if c > 2:
         steps.append(
-            Step("sendrecv", 2 * unit, AXIS, (c - 2) * n, "backward", dt, "K,V + dK,dV ring step")
+            Step(
+                op="sendrecv",
+                nbytes=2 * unit,
+                axis=AXIS,
+                repeat=(c - 2) * n,
+                phase="backward",
+                dtype=dt,
+                label="K,V + dK,dV ring step",
+            )
         )
     return Program(NAME, tuple(steps), meta)

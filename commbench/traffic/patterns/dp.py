@@ -52,7 +52,15 @@ def bucket_steps(
     cap = max(el, int(options.bucket_mb * MiB) // el * el)
     first = max(el, int(options.first_bucket_mb * MiB) // el * el)
     return [
-        Step("allreduce", size, axis, count, phase, options.grad_dtype, f"{what} ({which})")
+        Step(
+            op="allreduce",
+            nbytes=size,
+            axis=axis,
+            repeat=count,
+            phase=phase,
+            dtype=options.grad_dtype,
+            label=f"{what} ({which})",
+        )
         for size, count, which in buckets(total, first, cap)
     ]
 

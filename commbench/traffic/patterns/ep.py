@@ -138,7 +138,16 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     dt = options.dtype
 
     def a2a(s, phase: str, label: str) -> Step:
-        return Step("alltoallv", max(sum(r) for r in s), AXIS, n, phase, dt, label, split=s)
+        return Step(
+            op="alltoallv",
+            nbytes=max(sum(r) for r in s),
+            axis=AXIS,
+            repeat=n,
+            phase=phase,
+            dtype=dt,
+            label=label,
+            split=s,
+        )
 
     steps = (
         a2a(split, "forward", "dispatch"),

@@ -153,13 +153,13 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     if p == 1:
         return Program(NAME, (), meta)
     step = Step(
-        "p2p_schedule",
-        act,
-        AXIS,
-        1,
-        "forward+backward",
-        options.dtype,
-        f"1F1B p={p} m={m}",
+        op="p2p_schedule",
+        nbytes=act,
+        axis=AXIS,
+        repeat=1,
+        phase="forward+backward",
+        dtype=options.dtype,
+        label=f"1F1B p={p} m={m}",
         schedule=schedule(p, m, act, fwd, bwd),
         ring=False,
     )

@@ -38,14 +38,62 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     steps: tuple[Step, ...]
     if not options.sequence_parallel:
         steps = (
-            Step("allreduce", S, AXIS, 2 * n, "forward", dt, "attn/mlp row-parallel output"),
-            Step("allreduce", S, AXIS, 2 * n, "backward", dt, "attn/mlp column-parallel input"),
+            Step(
+                op="allreduce",
+                nbytes=S,
+                axis=AXIS,
+                repeat=2 * n,
+                phase="forward",
+                dtype=dt,
+                label="attn/mlp row-parallel output",
+            ),
+            Step(
+                op="allreduce",
+                nbytes=S,
+                axis=AXIS,
+                repeat=2 * n,
+                phase="backward",
+                dtype=dt,
+                label="attn/mlp column-parallel input",
+            ),
         )
     else:
         steps = (
-            Step("allgather", S, AXIS, 2 * n, "forward", dt, "SP gather before attn/mlp"),
-            Step("reduce_scatter", S, AXIS, 2 * n, "forward", dt, "SP scatter after attn/mlp"),
-            Step("allgather", S, AXIS, 4 * n, "backward", dt, "SP grad gather + input re-gather"),
-            Step("reduce_scatter", S, AXIS, 2 * n, "backward", dt, "SP grad scatter"),
+            Step(
+                op="allgather",
+                nbytes=S,
+                axis=AXIS,
+                repeat=2 * n,
+                phase="forward",
+                dtype=dt,
+                label="SP gather before attn/mlp",
+            ),
+            Step(
+                op="reduce_scatter",
+                nbytes=S,
+                axis=AXIS,
+                repeat=2 * n,
+                phase="forward",
+                dtype=dt,
+                label="SP scatter after attn/mlp",
+            ),
+            Step(
+                op="allgather",
+                nbytes=S,
+                axis=AXIS,
+                repeat=4 * n,
+                phase="backward",
+                dtype=dt,
+                label="SP grad gather + input re-gather",
+            ),
+            Step(
+                op="reduce_scatter",
+                nbytes=S,
+                axis=AXIS,
+                repeat=2 * n,
+                phase="backward",
+                dtype=dt,
+                label="SP grad scatter",
+            ),
         )
     return Program(NAME, steps, meta)

@@ -81,7 +81,17 @@ def _flat(
         cap = pad_bytes(options.bucket_mb * MiB, p, dt)
         for size, n, which in buckets(total, cap, cap):
             label = f"{what} {'grads' if op == 'reduce_scatter' else 'params'} ({which})"
-            out.append(Step(op, pad_bytes(size, p, dt), axis, n * count, phase, dt, label))
+            out.append(
+                Step(
+                    op=op,
+                    nbytes=pad_bytes(size, p, dt),
+                    axis=axis,
+                    repeat=n * count,
+                    phase=phase,
+                    dtype=dt,
+                    label=label,
+                )
+            )
     return out
 
 
@@ -99,11 +109,37 @@ def _per_unit(
         sizes[key] = sizes.get(key, 0) + 1
     out = []
     for (label, ag, rs), n in sizes.items():
-        out.append(Step("allgather", ag, axis, n * m, "forward", options.dtype, f"{label} params"))
-        out.append(Step("allgather", ag, axis, n * m, "backward", options.dtype, f"{label} params"))
         out.append(
             Step(
-                "reduce_scatter", rs, axis, n * m, "backward", options.grad_dtype, f"{label} grads"
+                op="allgather",
+                nbytes=ag,
+                axis=axis,
+                repeat=n * m,
+                phase="forward",
+                dtype=options.dtype,
+                label=f"{label} params",
+            )
+        )
+        out.append(
+            Step(
+                op="allgather",
+                nbytes=ag,
+                axis=axis,
+                repeat=n * m,
+                phase="backward",
+                dtype=options.dtype,
+                label=f"{label} params",
+            )
+        )
+        out.append(
+            Step(
+                op="reduce_scatter",
+                nbytes=rs,
+                axis=axis,
+                repeat=n * m,
+                phase="backward",
+                dtype=options.grad_dtype,
+                label=f"{label} grads",
             )
         )
     return out
