@@ -60,7 +60,7 @@ tracemalloc.start()
 wrong = {}
 for op in ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce",
            "sendrecv"):
-    b = bind(comm, Step(op, S, dtype="float32"), pool)
+    b = bind(comm, Step(op=op, nbytes=S, dtype="float32"), pool)
     b.prepare(); b.fn(); wrong[op] = b.verify(); b.reset()
 print(json.dumps({"peak": tracemalloc.get_traced_memory()[1], "wrong": wrong,
                   "reused": pool.send is send and pool.recv is recv}))
