@@ -3,7 +3,7 @@
  *
  * Per iteration: MPI_Barrier, clock, op, clock (CLOCK_MONOTONIC, like Python's perf_counter);
  * an iteration's time is the max over ranks; the point's time is the median over iterations
- * (DESIGN.md section 4). float32 buffers, sizes rounded as commbench rounds them
+ * (docs/design.md, "Timing"). float32 buffers, sizes rounded as commbench rounds them
  * (program.round_bytes): whole elements, and p equal chunks for alltoall. Like commbench's
  * BufferPool, one send and one receive buffer sized for the largest point serve every point,
  * 2 MiB-aligned with transparent huge pages advised (transport/mpi.py alloc) and touched

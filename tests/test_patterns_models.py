@@ -111,7 +111,7 @@ def test_training_memory_seed_and_zero_sharding():
     mem = training_memory(m, grad_dtype="float32")
     assert mem.weights == 2 * P and mem.grads == 4 * P
     assert mem.optimizer == ADAM_BYTES_PER_PARAM * P
-    # the seed: 7B bf16 weights 14 GB; weights + grads + Adam well over 100 GB
+    # worked check: 7B bf16 weights 14 GB; weights + grads + Adam well over 100 GB
     assert 13e9 < mem.weights < 14e9 and mem.weights + mem.grads + mem.optimizer > 100e9
     z1 = training_memory(m, dp=8, zero_stage=1)
     z3 = training_memory(m, dp=8, zero_stage=3)

@@ -1,5 +1,5 @@
-"""Programs of each pattern against DESIGN.md section 5: byte counts, repeats, groups, the
-seed checks, 1F1B action lists and EP router splits."""
+"""Programs of each pattern against the published traffic formulas (Megatron-LM, ZeRO, 1F1B):
+byte counts, repeats, groups, the worked checks, 1F1B action lists and EP router splits."""
 
 from collections import Counter
 

@@ -1,5 +1,5 @@
 """Planner: reference calibration, memory arithmetic (Adam states sharded as ZeRO does, KV
-cache), the seed's three scenarios against the reference calibration, the shared evaluator's
+cache), three worked scenarios against the reference calibration, the shared evaluator's
 pricing rules, explain, the JSON layout and bad input."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_compute_flops_follow_6p_plus_attention():
     assert flops_per_token(m, 4096, "infer") == pytest.approx(flops_per_token(m, 4096) / 3)
 
 
-# ---- the seed's scenarios, against the reference calibration -------------------------------------
+# ---- three worked scenarios, against the reference calibration -------------------------------------
 def test_7b_on_8x80gb_finds_tp_dp_and_rejects_pure_dp_without_zero(ref):
     res = plan(req(seq_len=4096, zero_stages=(0,)), ref)
     labels = {e.config.label for e in res.ranked}
@@ -134,7 +134,7 @@ def test_70b_on_32_gpus_puts_tp_inside_and_pp_across_nodes(ref):
         e.rank for e in res.ranked if _link(e, "tp") == "intra" and _link(e, "pp") == "inter"
     )
     assert best_inside < min(e.rank for e in tp_inter)
-    # the seed's config: TP=8 x PP=4, Megatron placement above the one with TP across nodes
+    # the worked config: TP=8 x PP=4, Megatron placement above the one with TP across nodes
     same = [e for e in res.ranked if e.config.label == "tp8-cp1-dp1-pp4"]
     inside = [e for e in same if _link(e, "tp") == "intra"]
     across = [e for e in same if _link(e, "tp") == "inter"]

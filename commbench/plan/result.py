@@ -21,7 +21,7 @@ from commbench.results.planfile import (
     RejectedConfig,
 )
 
-COMM_BOUND = 0.30  # seed article: communication over ~30% of the step
+COMM_BOUND = 0.30  # a rule of thumb: communication over ~30% of the step is the bottleneck
 
 
 @dataclass(kw_only=True)

@@ -98,7 +98,7 @@ def step_time(
     Li et al. 2020): gradient_exposed = max(0, gradient - 2/3 compute).
 
     comm = in_layer + pipeline messages + gradient_exposed; comm_share = comm / step (a config
-    is communication-bound above 30%, the seed article's rule of thumb); bubble = makespan -
+    is communication-bound above 30%, a common rule of thumb); bubble = makespan -
     pipeline messages - compute + in_layer x ((m+p-1)/m - 1), so step = compute + bubble + comm.
     """
     p, m = pp, micro_batches

@@ -1,7 +1,7 @@
 """Primitive-op figures: bus bandwidth vs message size (nccl-tests busbw) and latency vs size
 (log-log) with the fitted alpha-beta segments, their breakpoints and the fit residuals.
 
-busbw = S / t x factor(op, p) with S in nccl-tests bytes and GB = 1e9 B (DESIGN.md section 4);
+busbw = S / t x factor(op, p) with S in nccl-tests bytes and GB = 1e9 B (nccl-tests PERFORMANCE.md);
 a fitted segment t = alpha + beta S is drawn over the sizes it was fitted on.
 """
 
