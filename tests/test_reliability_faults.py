@@ -128,8 +128,12 @@ def test_signal_to_mpirun_marks_interrupted(tmp_path, sig):
 
 def test_sigusr1_to_mpirun_stops_gracefully(tmp_path):
     """SIGUSR1 reaches every rank as is: the current point finishes, then the job stops."""
-    job = start(2, *run_args(tmp_path, "usr1"), fault="rank=1,point=2,kind=delay,seconds=2")
+    job = start(2, *run_args(tmp_path, "usr1"), fault="rank=1,point=2,kind=delay,seconds=3")
     wait_for_records(tmp_path / "usr1", 2, job)
+    # Point 2 is current once both ranks agreed to start it; rank 0 gets there as soon as its
+    # write of record 2 is durable (fsync), which the file shows before it returns. Rank 1 then
+    # sits in its 3 s delay, so a signal 1 s later lands inside point 2.
+    time.sleep(1.0)
     job.signal(signal.SIGUSR1)
     out, _ = job.finish(timeout=60)
     assert out.returncode == 130, out.output
