@@ -6,16 +6,11 @@ from typing import TYPE_CHECKING
 
 from commbench.dtypes import dtype_size
 from commbench.ops.checkdata import concat, fill
-from commbench.ops.spec import POISON, Binding, OpSpec, Views, collective_costs, frac, lg
+from commbench.ops.spec import POISON, SHARD_COSTS, Binding, OpSpec, Views, frac
 
 if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
     from commbench.traffic.program import Step
-
-
-def bus_factor(p: int) -> float:
-    """(p-1)/p: each rank receives all shards but its own (nccl-tests PERFORMANCE.md)."""
-    return (p - 1) / p
 
 
 def buffers(step: Step, p: int) -> tuple[int, int]:
@@ -41,13 +36,8 @@ SPEC = OpSpec(
     aliases=("all_gather",),
     chunks=True,
     bus_formula="(p-1)/p",
-    bus_factor=bus_factor,
-    costs=collective_costs(
-        ring=lambda p: (p - 1, frac(p)),
-        tree=lambda p: (lg(p), frac(p)),
-        rabenseifner=lambda p: (lg(p), frac(p)),
-        pairwise=lambda p: (p - 1, frac(p)),
-    ),
+    bus_factor=frac,
+    costs=SHARD_COSTS,
     buffers=buffers,
     bind=bind,
 )

@@ -12,11 +12,6 @@ if TYPE_CHECKING:
     from commbench.traffic.program import Step
 
 
-def bus_factor(p: int) -> float:
-    """(p-1)/p: all chunks but a rank's own cross a link (nccl-tests PERFORMANCE.md)."""
-    return (p - 1) / p
-
-
 def bind(comm: Communicator, step: Step, views: Views) -> Binding:
     """Rank r receives chunk r of every rank's pattern, in rank order."""
     p, r, n, dt = comm.size, comm.rank, step.count, step.dtype
@@ -35,7 +30,7 @@ SPEC = OpSpec(
     aliases=("all_to_all",),
     chunks=True,
     bus_formula="(p-1)/p",
-    bus_factor=bus_factor,
+    bus_factor=frac,
     costs=collective_costs(
         ring=lambda p: (p - 1, frac(p)),
         tree=lambda p: (lg(p), lg(p) / 2),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from commbench.dtypes import dtype_size
 from commbench.ops import alltoall
 from commbench.ops.checkdata import concat, fill
-from commbench.ops.spec import POISON, Binding, Fit, OpSpec, Views
+from commbench.ops.spec import POISON, Binding, Fit, OpSpec, Views, frac
 
 if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
@@ -94,7 +94,7 @@ SPEC = OpSpec(
     aliases=("alltoall_v",),
     chunks=True,
     bus_formula="(p-1)/p",
-    bus_factor=alltoall.bus_factor,
+    bus_factor=frac,
     costs=alltoall.SPEC.costs,
     buffers=buffers,
     record_bytes=record_bytes,

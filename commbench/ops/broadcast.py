@@ -5,16 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.ops.checkdata import fill
-from commbench.ops.spec import POISON, Binding, OpSpec, Views, collective_costs, frac, lg
+from commbench.ops.spec import POISON, ROOTED_COSTS, Binding, OpSpec, Views, one
 
 if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
     from commbench.traffic.program import Step
-
-
-def bus_factor(p: int) -> float:
-    """1: every rank receives S (nccl-tests PERFORMANCE.md)."""
-    return 1.0
 
 
 def bind(comm: Communicator, step: Step, views: Views) -> Binding:
@@ -33,12 +28,7 @@ SPEC = OpSpec(
     aliases=("bcast",),
     rooted=True,
     bus_formula="1",
-    bus_factor=bus_factor,
-    costs=collective_costs(
-        ring=lambda p: (p - 1, 1.0),
-        tree=lambda p: (lg(p), lg(p)),
-        rabenseifner=lambda p: (2 * lg(p), 2 * frac(p)),
-        pairwise=lambda p: (p - 1, float(p - 1)),
-    ),
+    bus_factor=one,
+    costs=ROOTED_COSTS,
     bind=bind,
 )

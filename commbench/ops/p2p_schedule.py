@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.dtypes import dtype_size
 from commbench.ops.checkdata import Fill, count_wrong_fill, fill
-from commbench.ops.spec import Binding, Fit, InlineCheck, OpSpec, Views
+from commbench.ops.spec import Binding, Fit, InlineCheck, OpSpec, Views, one
 
 if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
@@ -24,11 +24,6 @@ def schedule_of(step: Step) -> Schedule:
     """The step's action lists (Step guarantees them for this op)."""
     assert step.schedule is not None, step
     return step.schedule
-
-
-def bus_factor(p: int) -> float:
-    """1: each message crosses one link once."""
-    return 1.0
 
 
 def buffers(step: Step, p: int) -> tuple[int, int]:
@@ -127,7 +122,7 @@ SPEC = OpSpec(
     name="p2p_schedule",
     doc="per-position list of send/recv/compute actions (pipeline schedules)",
     bus_formula="1",
-    bus_factor=bus_factor,
+    bus_factor=one,
     buffers=buffers,
     record_bytes=record_bytes,
     priced_bytes=record_bytes,

@@ -6,16 +6,11 @@ from typing import TYPE_CHECKING
 
 from commbench.ops.checkdata import fill
 from commbench.ops.sendrecv import hockney
-from commbench.ops.spec import MODELS, POISON, Binding, OpSpec, Views
+from commbench.ops.spec import MODELS, POISON, Binding, OpSpec, Views, one
 
 if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
     from commbench.traffic.program import Step
-
-
-def bus_factor(p: int) -> float:
-    """1: one message of S on the link."""
-    return 1.0
 
 
 def bind(comm: Communicator, step: Step, views: Views) -> Binding:
@@ -39,7 +34,7 @@ SPEC = OpSpec(
     min_group=2,
     max_group=2,
     bus_formula="1",
-    bus_factor=bus_factor,
+    bus_factor=one,
     costs=dict.fromkeys(MODELS, hockney),
     bind=bind,
 )

@@ -7,16 +7,11 @@ from typing import TYPE_CHECKING
 
 from commbench.errors import UsageError
 from commbench.ops.checkdata import fill
-from commbench.ops.spec import MODELS, POISON, Binding, OpSpec, Views
+from commbench.ops.spec import MODELS, POISON, Binding, OpSpec, Views, one
 
 if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
     from commbench.traffic.program import Step
-
-
-def bus_factor(p: int) -> float:
-    """1: each rank sends and receives S (nccl-tests PERFORMANCE.md)."""
-    return 1.0
 
 
 def hockney(p: int) -> tuple[float, float]:
@@ -57,7 +52,7 @@ SPEC = OpSpec(
     doc="send to position+peer, receive from position-peer (ring, as nccl-tests)",
     aliases=("send_recv",),
     bus_formula="1",
-    bus_factor=bus_factor,
+    bus_factor=one,
     costs=dict.fromkeys(MODELS, hockney),
     sweep_fields=sweep_fields,
     bind=bind,

@@ -36,7 +36,8 @@ def lg(p: int) -> float:
 
 
 def frac(p: int) -> float:
-    """(p-1)/p: the share of S a rank exchanges in a gather-like op."""
+    """(p-1)/p: the share of S a rank exchanges in a gather-like op; the bus factor of
+    allgather, reduce_scatter and alltoall (nccl-tests PERFORMANCE.md)."""
     return (p - 1) / p
 
 
@@ -47,6 +48,26 @@ def collective_costs(**models: CostFn) -> dict[str, CostFn]:
         return lambda p: (0.0, 0.0) if p <= 1 else f(p)
 
     return {m: alone_free(f) for m, f in models.items()}
+
+
+def one(p: int) -> float:
+    """Bus factor 1: every byte of S crosses one link once (broadcast, reduce, send/recv)."""
+    return 1.0
+
+
+# Shared by ops whose algorithms move the same bytes in the same rounds (Thakur et al. 2005).
+SHARD_COSTS = collective_costs(  # allgather and reduce_scatter: p shards of S/p
+    ring=lambda p: (p - 1, frac(p)),
+    tree=lambda p: (lg(p), frac(p)),
+    rabenseifner=lambda p: (lg(p), frac(p)),
+    pairwise=lambda p: (p - 1, frac(p)),
+)
+ROOTED_COSTS = collective_costs(  # broadcast and reduce: all of S to or from one root
+    ring=lambda p: (p - 1, 1.0),
+    tree=lambda p: (lg(p), lg(p)),
+    rabenseifner=lambda p: (2 * lg(p), 2 * frac(p)),
+    pairwise=lambda p: (p - 1, float(p - 1)),
+)
 
 
 @dataclass(frozen=True)
