@@ -139,6 +139,7 @@ def timing_for(args: argparse.Namespace, run):
 # ---- dry run ----
 def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) -> None:
     """Print every point's Program and what would be measured, without communicating."""
+    from commbench.ops import record_bytes
     from commbench.sizes import format_size
     from commbench.traffic.execution import plan
 
@@ -155,7 +156,7 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
         out.write(
             f"\n## point {pt.index}: {prog.pattern} {model} {pt.layout.label()} "
             f"[{options_label(pt.swept)}]  {len(prog.steps)} step(s), "
-            f"{format_size(sum(_bytes(s) * s.repeat for s in prog.steps))} per rank\n"
+            f"{format_size(sum(record_bytes(s) * s.repeat for s in prog.steps))} per rank\n"
         )
         meta = {k: v for k, v in prog.meta.items() if not isinstance(v, list | dict)}
         if meta:
@@ -172,17 +173,11 @@ def dry_run(suite, points, cli_max: int | None, backend: str, out=sys.stdout) ->
             out.write(
                 f"    {i:>3} {st.phase:<16} {st.op:<14} {st.axis:<9} {g.size:>5} "
                 f"{len(g.groups):>6} {g.stride:>6} {g.link_class:<5} "
-                f"{format_size(_bytes(st)):>10} {_fmt(st.repeat):>8}  {st.label}"
+                f"{format_size(record_bytes(st)):>10} {_fmt(st.repeat):>8}  {st.label}"
                 f"{'  [' + note + ']' if note else ''}\n"
             )
             if st.split is not None and i == m.indices[0]:
                 out.write(f"          split (bytes src->dst): {list(map(list, st.split))}\n")
-
-
-def _bytes(step) -> int:
-    from commbench.ops import record_bytes
-
-    return record_bytes(step)
 
 
 def _fmt(v) -> str:
@@ -213,8 +208,9 @@ def breakdown_lines(
     point: Point, plan: list[Measured], results: list[Measurement], totals: PointTotals
 ) -> Iterable[str]:
     """One line per measured step: op, axis, placement, size x count, time per op, total."""
-    from commbench.ops import bus_factor
+    from commbench.ops import record_bytes
     from commbench.sizes import format_size
+    from commbench.traffic.execution import bus_bytes
 
     prog = point.program
     for m, rec in zip(plan, results):
@@ -222,11 +218,11 @@ def breakdown_lines(
         per_op = rec.time_us * m.scale
         total = per_op * m.repeat
         phases = "+".join(dict.fromkeys(prog.steps[i].phase for i in m.indices))
-        busbw = _bytes(st) * bus_factor(st.op, m.info.size) / (per_op * 1e-6) / 1e9
+        busbw = bus_bytes(st, m.info.size) / (per_op * 1e-6) / 1e9
         share = 100 * total / totals.time_us if totals.time_us else 0.0
         yield (
             f"#   {st.op:<14} {st.axis:<8} {m.info.size:>3}x{len(m.info.groups):<3} "
-            f"{m.info.link_class:<5} {format_size(_bytes(st)):>10} x {_fmt(m.repeat):<7} "
+            f"{m.info.link_class:<5} {format_size(record_bytes(st)):>10} x {_fmt(m.repeat):<7} "
             f"{phases:<17} {per_op / 1e3:>10.3f} ms/op {total / 1e3:>11.3f} ms {share:5.1f}% "
             f"busbw {busbw:7.3f}{'  [' + m.note + ']' if m.note else ''}"
         )

@@ -79,11 +79,6 @@ class Program:
     steps: tuple[Step, ...]
     meta: dict = field(default_factory=dict)
 
-    @property
-    def total_bytes(self) -> float:
-        """Sum of S x repeat over the steps."""
-        return sum(s.total_bytes for s in self.steps)
-
     def axes(self) -> list[str]:
         """Axes used, in first-use order."""
         return list(dict.fromkeys(s.axis for s in self.steps))
