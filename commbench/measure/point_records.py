@@ -7,6 +7,8 @@ measurements add up to and what is written.
 
 from __future__ import annotations
 
+from typing import Any
+
 from commbench.ops import record_bytes
 from commbench.results.records import (
     LayoutConfig,
@@ -138,7 +140,7 @@ def point_record(
 ) -> PointRecord:
     """A point: enough to rebuild its Program (patterns.rebuild) and compare predictions."""
     prog = point.program
-    bubble = [f.value for f in point_facts(point, totals) if f.key == "bubble_measured"]
+    facts = {f.key: f.value for f in point_facts(point, totals) if f.key in PointRecord.FACT_FIELDS}
     dtypes = [s.dtype for s in prog.steps]
     return PointRecord(
         backend=backend,
@@ -157,7 +159,7 @@ def point_record(
         link_classes={m.info.axis: m.info.link_class for m in plan},
         meta=prog.meta,
         **fields_of(totals),
-        bubble_measured=bubble[0] if bubble else None,
         steps_total=len(prog.steps),
         measured_steps=len(plan),
+        **facts,
     )

@@ -279,7 +279,10 @@ class PointTotals:
 class PointRecord(JsonRecord):
     """A suite point: enough to rebuild its Program (patterns.rebuild) and its totals."""
 
-    OMIT_NONE = ("bubble_measured",)
+    # pattern facts (PatternSpec.point_facts) the record keeps as fields, absent when the
+    # pattern has no such fact
+    FACT_FIELDS: ClassVar[tuple[str, ...]] = ("bubble_measured",)
+    OMIT_NONE = FACT_FIELDS
 
     kind: Literal["point"] = "point"
     op: Literal["program"] = "program"
