@@ -140,7 +140,9 @@ def point_record(
 ) -> PointRecord:
     """A point: enough to rebuild its Program (patterns.rebuild) and compare predictions."""
     prog = point.program
-    facts = {f.key: f.value for f in point_facts(point, totals) if f.key in PointRecord.FACT_FIELDS}
+    facts: dict[str, Any] = {  # the fields FACT_FIELDS names
+        f.key: f.value for f in point_facts(point, totals) if f.key in PointRecord.FACT_FIELDS
+    }
     dtypes = [s.dtype for s in prog.steps]
     return PointRecord(
         backend=backend,
