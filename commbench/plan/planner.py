@@ -25,24 +25,6 @@ from commbench.traffic.program import Program
 PIPELINE = tuple(s.name for s in patterns.PATTERNS.values() if s.role is Role.PIPELINE)
 
 
-def forward_only(prog: Program) -> Program:
-    """Inference: the forward steps of a training Program; a 1F1B schedule keeps its forward
-    messages (even tags, patterns.pp.tag) and compute, so it becomes a forward pipeline."""
-    from commbench.traffic.patterns.pp import FWD
-
-    steps = []
-    for st in prog.steps:
-        if st.schedule is not None:
-            sched = tuple(
-                tuple(a for a in acts if a.kind == "compute" or a.tag % 2 == FWD)
-                for acts in st.schedule
-            )
-            steps.append(st.with_(schedule=sched, phase="forward", label=st.label + " forward"))
-        elif st.phase == "forward":
-            steps.append(st)
-    return Program(prog.pattern, tuple(steps), prog.meta)
-
-
 class Planner:
     """Evaluates configs of one request against one calibration, caching Programs (per degrees,
     micro-batching and ZeRO stage: rank orders share them), their estimates (per placement of
@@ -109,7 +91,7 @@ class Planner:
         )
         if req.mode == "infer":  # a forward pass has no gradients
             progs = {
-                k: forward_only(v)
+                k: patterns.forward_only(v)
                 for k, v in progs.items()
                 if patterns.get(k).role is not Role.GRADIENT
             }
@@ -141,7 +123,7 @@ class Planner:
             }
             opts.update(self.pp_options(cfg, micro_batches))
             prog = patterns.build(name, layout, self.req.model, opts)
-            hit = forward_only(prog) if self.req.mode == "infer" else prog
+            hit = patterns.forward_only(prog) if self.req.mode == "infer" else prog
             self._programs[key] = hit
         return hit
 
