@@ -117,6 +117,9 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `commbench ... | head`: the reader left; stop printing quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
     except Exception as e:  # an unexpected failure outside a session: one line, no wall
         if os.environ.get("COMMBENCH_DEBUG"):
             raise

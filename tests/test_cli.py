@@ -61,3 +61,14 @@ def test_a_deleted_command_module_fails_loudly(package_copy, name):
         hidden.rename(module)
     assert p.returncode != 0, f"`commbench --help` without {module.name} passed:\n{p.stdout}"
     assert cli.COMMANDS[name] in p.stdout + p.stderr
+
+
+def test_output_cut_short_by_a_reader_is_quiet(tmp_path):
+    """`commbench ... | head`: when the reader leaves, commbench stops without a traceback or an
+    'internal error' line (Python's BrokenPipeError)."""
+    err = tmp_path / "stderr"
+    cmd = f"{sys.executable} -m commbench suite all --dry-run --world 16 2>{err} | head -1"
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60,
+                       env=job_env(), cwd=REPO)  # fmt: skip
+    assert p.stdout.startswith("# commbench suite all --dry-run"), p.stdout
+    assert err.read_text() == ""
