@@ -13,9 +13,10 @@ and link class, times its repeat. The rules, in order:
 - alltoallv: S is the busiest rank's bytes, the largest of any rank's send or receive total (the
   rank that finishes last under router skew; the calibration's all-to-all series take S = one
   rank's send buffer, as nccl-tests); each op says its own (OpSpec.priced_bytes, priced_from);
-- p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated (patterns.pp.simulate:
-  non-blocking sends, blocking receives, compute as given, as the runner executes them), every
-  message taking predict("sendrecv", bytes, 2, link of the axis): one pair of neighbours. The
+- p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated
+  (patterns.pp.simulate: non-blocking sends, blocking receives, compute as given, as the runner
+  executes them), every message taking predict("sendrecv", bytes, 2, link of the axis): one
+  pair of neighbours. The
   step's time is the makespan (it includes the schedule's own compute, like the suite's point
   records); its communication is the makespan minus the makespan with free messages, i.e. the
   message time left on the critical path.
