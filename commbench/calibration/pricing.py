@@ -16,10 +16,9 @@ and link class, times its repeat. The rules, in order:
 - p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated
   (patterns.pp.simulate: non-blocking sends, blocking receives, compute as given, as the runner
   executes them), every message taking predict("sendrecv", bytes, 2, link of the axis): one
-  pair of neighbours. The
-  step's time is the makespan (it includes the schedule's own compute, like the suite's point
-  records); its communication is the makespan minus the makespan with free messages, i.e. the
-  message time left on the critical path.
+  pair of neighbours. The step's time is the makespan (it includes the schedule's own compute,
+  like the suite's point records); its communication is the makespan minus the makespan with
+  free messages, i.e. the message time left on the critical path.
 
 Predictions are cached per (op, bytes, group size, link class, dtype), so a planner evaluating
 thousands of configs prices each distinct message once. Pure: never imports a transport.
