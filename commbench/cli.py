@@ -30,6 +30,7 @@ COMMANDS = {
     "report": "commbench.commands.report",
     "import": "commbench.commands.importer",
     "export": "commbench.commands.export",
+    "emulate": "commbench.commands.emulate",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import math
 import os
 import platform
@@ -84,9 +85,22 @@ def git_revision() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+ENV_EMULATION = "COMMBENCH_EMULATION"  # set by `commbench emulate`: the topology as JSON
+
+
 def relevant_env() -> dict[str, str]:
     """NCCL/MPI/UCX settings and the like that change what is measured."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(ENV_PREFIXES) and k != ENV_EMULATION
+    }
+
+
+def emulation() -> dict | None:
+    """The emulated topology this job runs on (ground truth for meta.json), if any."""
+    text = os.environ.get(ENV_EMULATION)
+    return json.loads(text) if text else None
 
 
 class Watchdog:
@@ -236,6 +250,7 @@ class Session:
             "timing": self.timing.timing,
             "timing_loop": self.world.timing_info(),
             "timeout_s": self.opts.timeout_s,
+            "emulation": emulation(),
         }
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
