@@ -119,14 +119,11 @@ class Communicator(ABC):
         """One round trip with `peer`: the initiator sends then receives, the other echoes."""
 
     @abstractmethod
-    def isend(self, buf: Any, dest: int, tag: int) -> Any:
-        """Start a send; returns a request for waitall."""
-
-    @abstractmethod
-    def recv(self, buf: Any, source: int, tag: int) -> None: ...
-
-    @abstractmethod
-    def waitall(self, requests: list[Any]) -> None: ...
+    def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
+        """One fused group of ("send" | "recv", buffer, peer): every operation posted at once,
+        the call returns when all have completed (NCCL's group call, torch's
+        batch_isend_irecv, MPI's Isend/Irecv + Waitall). No tags: messages between two
+        positions match in issue order, as on NCCL."""
 
     def compute(self, seconds: float) -> None:
         """Stand-in for compute between messages (pipeline bubbles): sleep, leaving the CPU

@@ -214,14 +214,18 @@ class MPICommunicator(Communicator):
 
         return self._bound(fn, "pingpong", None, buf, buf.size, dest=peer, initiator=initiator)
 
-    def isend(self, buf: np.ndarray, dest: int, tag: int) -> MPI.Request:
-        return self.comm.Isend(_spec(buf), dest, tag)
+    def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
+        comm = self.comm
+        posts = [
+            (comm.Isend if kind == "send" else comm.Irecv, _spec(buf), peer)
+            for kind, buf, peer in ops
+        ]
+        waitall = MPI.Request.Waitall
 
-    def recv(self, buf: np.ndarray, source: int, tag: int) -> None:
-        self.comm.Recv(_spec(buf), source, tag)
+        def fn() -> None:
+            waitall([post(spec, peer, 0) for post, spec, peer in posts])
 
-    def waitall(self, requests: list[Any]) -> None:
-        MPI.Request.Waitall(requests)
+        return fn
 
     # ---- timing ----
     def loop_kind(self, fn: Fn, mode: str = PER_ITERATION) -> str:

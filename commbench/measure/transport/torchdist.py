@@ -237,15 +237,18 @@ class TorchCommunicator(Communicator):
 
         return fn
 
-    def isend(self, buf: torch.Tensor, dest: int, tag: int) -> Any:
-        return dist.isend(buf, self._g(dest), group=self.group, tag=tag)
+    def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
+        g = self.group
+        batch = [
+            dist.P2POp(dist.isend if kind == "send" else dist.irecv, buf, self._g(peer), g)
+            for kind, buf, peer in ops
+        ]
 
-    def recv(self, buf: torch.Tensor, source: int, tag: int) -> None:
-        dist.recv(buf, self._g(source), group=self.group, tag=tag)
+        def fn() -> None:
+            for w in dist.batch_isend_irecv(batch):
+                w.wait()
 
-    def waitall(self, requests: list[Any]) -> None:
-        for r in requests:
-            r.wait()
+        return fn
 
     def compute(self, seconds: float) -> None:
         if self._cuda and seconds > 0:
