@@ -171,6 +171,8 @@ class Session:
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
                 self._open_run_dir()
         except UsageError as e:  # the run directory's outcome was broadcast: every rank is here
+            if self._world is None:  # refused before the rendezvous (say, no GPU for this rank)
+                self._fail(e)
             self._agreed_usage_exit(e)
         except BaseException as e:
             self._fail(e)

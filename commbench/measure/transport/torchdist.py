@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +17,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from commbench.errors import UsageError
 from commbench.measure.launch import LaunchInfo
 from commbench.measure.transport.base import PIPELINED, Communicator, Fn
+from commbench.measure.transport.devices import device_problem, gpu_index
+from commbench.measure.transport.rendezvous import (
+    free_port,
+    process_group_timeout_s,
+    rendezvous_address,
+)
 
 # torch >= 2.12 renamed the tensor forms; keep working on older releases
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -34,59 +40,70 @@ _DTYPES = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _rendezvous_address() -> str:
-    if os.environ.get("MASTER_ADDR"):
-        return os.environ["MASTER_ADDR"]
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-
-
 def init_world(launch: LaunchInfo, backend: str, timeout_s: float) -> TorchCommunicator:
-    """Initialise the default process group from the launcher and return the world."""
-    timeout = datetime.timedelta(seconds=timeout_s)
+    """Initialise the default process group from the launcher and return the world.
+
+    nccl: one GPU per local rank (`devices.gpu_index`), bound with `device_id` on every launch
+    path (eager init: the same communicators and p2p semantics under torchrun and mpirun), and
+    gloo beside it for CPU tensors ("cpu:gloo,cuda:nccl"), so pickled control messages never
+    go through NCCL. torch's timeout sits a margin above commbench's watchdog."""
+    timeout = datetime.timedelta(seconds=process_group_timeout_s(timeout_s))
     device = torch.device("cpu")
+    kwargs: dict[str, Any] = {"timeout": timeout}
+    pg_backend = backend
     if backend == "nccl":
-        local = launch.local_rank % max(torch.cuda.device_count(), 1)
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
+        problem = device_problem(
+            launch, torch.cuda.is_available(), torch.cuda.device_count(), dist.is_nccl_available()
+        )
+        if problem:
+            raise UsageError(problem)
+        device = torch.device("cuda", gpu_index(launch, torch.cuda.device_count()))
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+        pg_backend = "cpu:gloo,cuda:nccl"
     if launch.launcher == "torchrun":
-        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+        dist.init_process_group(pg_backend, init_method="env://", **kwargs)
     else:
         if launch.is_mpi:
             from mpi4py import MPI
 
             comm = MPI.COMM_WORLD
-            addr = comm.bcast((_rendezvous_address(), _free_port()) if comm.rank == 0 else None)
+            spans = launch.local_size < launch.size
+            mine = None
+            if comm.rank == 0:
+                try:
+                    mine = ("ok", rendezvous_address(spans), free_port())
+                except UsageError as e:
+                    mine = ("error", str(e), 0)
+            status, addr, port = comm.bcast(mine)
+            if status == "error":
+                raise UsageError(addr)
         else:
-            addr = ("127.0.0.1", _free_port())
-        eager: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
+            addr, port = "127.0.0.1", free_port()
         dist.init_process_group(
-            backend,
-            init_method=f"tcp://{addr[0]}:{addr[1]}",
+            pg_backend,
+            init_method=f"tcp://{addr}:{port}",
             rank=launch.rank,
             world_size=launch.size,
-            timeout=timeout,
-            **eager,
+            **kwargs,
         )
     world = dist.get_world_size()
-    return TorchCommunicator(None, tuple(range(world)), device, backend)
+    return TorchCommunicator(None, tuple(range(world)), device, backend, timeout)
 
 
 class TorchCommunicator(Communicator):
     """A group over a torch.distributed process group (None = the default group)."""
 
     def __init__(
-        self, group: Any, ranks: tuple[int, ...], device: torch.device, backend: str
+        self,
+        group: Any,
+        ranks: tuple[int, ...],
+        device: torch.device,
+        backend: str,
+        timeout: datetime.timedelta,
     ) -> None:
         self.group = group
+        self.timeout = timeout
         self.ranks = ranks
         self.device = device
         self.backend = backend
@@ -99,20 +116,26 @@ class TorchCommunicator(Communicator):
 
     # ---- groups and control ----
     def split(self, groups: Sequence[Sequence[int]]) -> TorchCommunicator | None:
-        mine = None
-        for g in groups:  # every rank creates every group, in the same order
-            ranks = tuple(self.ranks[p] for p in g)
-            pg = dist.new_group(list(ranks))
-            if self.rank in g:
-                mine = TorchCommunicator(pg, ranks, self.device, self.backend)
-        return mine
+        members = [tuple(self.ranks[p] for p in g) for g in groups]
+        mine = next((m for m in members if dist.get_rank() in m), None)
+        if self._cuda and hasattr(dist, "split_group"):
+            # one ncclCommSplit for all groups (torch >= 2.6), not one world-wide split per group
+            pg = dist.split_group(self.group, [list(g) for g in groups], timeout=self.timeout)
+        else:
+            pg = None
+            for ranks in members:  # every rank creates every group, in the same order
+                created = dist.new_group(list(ranks), timeout=self.timeout)
+                if ranks == mine:
+                    pg = created
+        if mine is None:
+            return None
+        return TorchCommunicator(pg, mine, self.device, self.backend, self.timeout)
 
     def barrier(self) -> None:
+        """Host barrier once this rank's GPU work is done (gloo under "cpu:gloo,cuda:nccl")."""
         if self._cuda:
-            dist.barrier(group=self.group, device_ids=[self.device.index])
             torch.cuda.synchronize()
-        else:
-            dist.barrier(group=self.group)
+        dist.barrier(group=self.group)
 
     def abort(self, code: int) -> None:
         os._exit(code)
