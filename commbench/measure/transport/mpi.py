@@ -25,7 +25,13 @@ mpi4py.rc.thread_level = "serialized"
 from mpi4py import MPI  # noqa: E402
 
 from commbench.measure.transport import native  # noqa: E402
-from commbench.measure.transport.base import PER_ITERATION, PIPELINED, Communicator, Fn  # noqa: E402
+from commbench.measure.transport.base import (  # noqa: E402
+    PER_ITERATION,
+    PIPELINED,
+    PRE_ROLL,
+    Communicator,
+    Fn,
+)
 from commbench.ops.checkdata import storage_dtype  # noqa: E402
 
 HUGE_PAGE = 2 << 20
@@ -228,13 +234,15 @@ class MPICommunicator(Communicator):
         return fn
 
     # ---- timing ----
-    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION) -> str:
+    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION, timer: str = PRE_ROLL) -> str:
         return "native" if getattr(fn, "native", None) is not None else "python"
 
     def timing_info(self) -> dict:
         return {**self._availability.as_meta(), "host_buffers": "2 MiB aligned, THP advised"}
 
-    def time_loop(self, fn: Fn, iters: int, mode: str = PER_ITERATION) -> np.ndarray:
+    def time_loop(
+        self, fn: Fn, iters: int, mode: str = PER_ITERATION, timer: str = PRE_ROLL
+    ) -> np.ndarray:
         """Seconds per call: in C when `fn` carries a native descriptor, else in Python with
         nothing but the mpi4py call between the clocks (host buffers: no device sync)."""
         desc = getattr(fn, "native", None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,8 +20,16 @@ import torch.distributed as dist
 
 from commbench.errors import UsageError
 from commbench.measure.launch import LaunchInfo
-from commbench.measure.transport.base import PIPELINED, Communicator, Fn
+from commbench.measure.transport.base import (
+    ENQUEUE,
+    PER_ITERATION,
+    PIPELINED,
+    PRE_ROLL,
+    Communicator,
+    Fn,
+)
 from commbench.measure.transport.devices import device_problem, gpu_index
+from commbench.measure.transport.gputime import preroll_seconds, sleep_cycles
 from commbench.measure.transport.rendezvous import (
     free_port,
     process_group_timeout_s,
@@ -275,7 +284,7 @@ class TorchCommunicator(Communicator):
 
     def compute(self, seconds: float) -> None:
         if self._cuda and seconds > 0:
-            torch.cuda._sleep(int(seconds * 1.4e9))  # ~cycles at a typical boost clock
+            torch.cuda._sleep(sleep_cycles(seconds, sleep_rate()))
         else:
             super().compute(seconds)
 
@@ -284,13 +293,62 @@ class TorchCommunicator(Communicator):
             torch.cuda.synchronize()
 
     # ---- timing: CUDA events on the op's stream for nccl ----
-    def time_loop(self, fn: Fn, iters: int, mode: str = "per-iteration") -> np.ndarray:
+    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION, timer: str = PRE_ROLL) -> str:
+        return f"cuda-events ({timer})" if self._cuda else "python"
+
+    def timing_info(self) -> dict:
+        if not self._cuda:
+            return {"loop": "python"}
+        return {
+            "loop": "python, CUDA events",
+            "gpu_timers": {
+                PRE_ROLL: "device sleep queued before the start event: the host's enqueue "
+                "of the op is not timed",
+                ENQUEUE: "start event recorded as the host reaches it: includes the enqueue",
+            },
+            "sleep_cycles_per_s": sleep_rate(),
+        }
+
+    def device_identity(self) -> dict:
+        if not self._cuda:
+            return {"device": "cpu"}
+        props = torch.cuda.get_device_properties(self.device)
+        bus = getattr(props, "pci_bus_id", None)
+        pci = (
+            f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:"
+            f"{getattr(props, 'pci_device_id', 0):02x}.0"
+            if bus is not None
+            else None
+        )
+        return {
+            "device": str(self.device),
+            "gpu": props.name,
+            "pci_bus_id": pci,
+            "uuid": str(getattr(props, "uuid", "")) or None,
+            "memory_bytes": int(props.total_memory),
+        }
+
+    def time_loop(
+        self, fn: Fn, iters: int, mode: str = PER_ITERATION, timer: str = PRE_ROLL
+    ) -> np.ndarray:
+        """CUDA events around the op. With PRE_ROLL, a device sleep a few times the host's
+        enqueue (measured on one untimed call, the group's largest) is queued first, so the
+        start event fires only once the op is queued behind it; every rank sleeps as long."""
         if not self._cuda:
             return super().time_loop(fn, iters, mode)
+        rate, clock = sleep_rate(), time.perf_counter
+        preroll = 0.0
+        if timer == PRE_ROLL:
+            self.barrier()
+            t0 = clock()
+            fn()
+            preroll = self.max_float(preroll_seconds(clock() - t0))  # the same on every rank
         out = np.empty(iters)
         if mode == PIPELINED:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.barrier()
+            if preroll:
+                torch.cuda._sleep(sleep_cycles(preroll, rate))
             start.record()
             for _ in range(iters):
                 fn()
@@ -302,6 +360,8 @@ class TorchCommunicator(Communicator):
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         for i in range(iters):
             self.barrier()
+            if preroll:
+                torch.cuda._sleep(sleep_cycles(preroll, rate))
             starts[i].record()
             fn()
             ends[i].record()
@@ -309,3 +369,21 @@ class TorchCommunicator(Communicator):
         for i in range(iters):
             out[i] = starts[i].elapsed_time(ends[i]) / 1e3
         return out
+
+
+_SLEEP_RATE: list[float] = []
+
+
+def sleep_rate() -> float:
+    """torch.cuda._sleep's cycles per second on this GPU, measured once per process (the
+    clock it spins on runs at the SM clock: ~1.98 GHz boost on H100/H200, not an assumed 1.4)."""
+    if not _SLEEP_RATE:
+        cycles = 20_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles // 10)  # wake the clocks
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _SLEEP_RATE.append(cycles / (start.elapsed_time(end) / 1e3))
+    return _SLEEP_RATE[0]
