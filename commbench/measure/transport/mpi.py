@@ -1,4 +1,4 @@
-"""mpi4py backend: numpy host buffers (or CUDA arrays where the MPI is CUDA-aware).
+"""mpi4py backend: numpy host buffers, always (a CUDA-aware MPI still measures host memory).
 
 Ops are bound once to buffer specs so each timed call is a single mpi4py method call, and
 carry a native descriptor so the timed loop runs in C (transport/native.py) when the MPI's
