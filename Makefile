@@ -20,13 +20,14 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install test test-all lint format demo report bench browser clean help
+.PHONY: install test test-all lint format demo report bench gpu-check browser clean help
 
 help:
 	@echo "make demo    install, then measure on $(NP) local MPI ranks, fit, plan and report"
 	@echo "make test    install, then run the test suite"
 	@echo "make report  build $(RESULTS)/report/index.html (runs a quick suite first if empty)"
 	@echo "make bench   benchmarks of commbench itself"
+	@echo "make gpu-check  the GPU path end to end on this machine's GPUs (nccl)"
 	@echo "make lint    ruff check + format check + mypy"
 
 $(BIN)/activate:
@@ -81,6 +82,11 @@ report: install
 
 bench: install
 	$(PY) bench/run_all.py
+
+# On a GPU host with a CUDA build of torch (make install TORCH_SPEC=torch): one table, exit 1 on
+# any failed check, 2 where no GPU is usable.
+gpu-check: install
+	$(PY) bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache bench/_build

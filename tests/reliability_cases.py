@@ -14,7 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commbench.measure.transport import cuda_present
+from commbench.measure.launch import detect
+from commbench.measure.transport.devices import nccl_problem, torch_build, visible_gpus
+
+NCCL_PROBLEM = nccl_problem(detect({}), torch_build(), visible_gpus())
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,8 @@ RUN: list[BadInput] = [
     BadInput(
         "nccl-without-gpu",
         ("run", "allreduce", "--backend", "nccl"),
-        r"backend nccl needs an NVIDIA GPU",
-        skip="a GPU is present" if cuda_present() else None,
+        r"backend nccl needs (a CUDA build of torch|an NVIDIA GPU|torch)",
+        skip=None if NCCL_PROBLEM else "NCCL can run here",
     ),
     BadInput("unknown-dtype", ("run", "allreduce", "-d", "fp8"), r"unknown dtype 'fp8': choose"),
     BadInput(
@@ -426,8 +429,8 @@ SUITE: list[BadInput] = [
     BadInput(
         "suite-nccl-without-gpu",
         ("suite", "smoke", "--backend", "nccl"),
-        r"backend nccl needs an NVIDIA GPU",
-        skip="a GPU is present" if cuda_present() else None,
+        r"backend nccl needs (a CUDA build of torch|an NVIDIA GPU|torch)",
+        skip=None if NCCL_PROBLEM else "NCCL can run here",
     ),
     BadInput(
         "suite-run-id-exists",

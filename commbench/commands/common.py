@@ -17,7 +17,7 @@ from commbench.measure.launch import LaunchInfo, detect
 from commbench.measure.runner import DEFAULT_BUDGET_S, TimingConfig
 from commbench.measure.session import SessionOptions
 from commbench.measure.transport import BACKENDS, resolve_backend
-from commbench.measure.transport.base import TIMING_MODES
+from commbench.measure.transport.base import GPU_TIMERS, TIMING_MODES
 
 MAX_TIMEOUT_S = 1e6
 
@@ -95,6 +95,14 @@ def add_timing_args(p: argparse.ArgumentParser) -> None:
         "back to back, divided (default: %(default)s)",
     )
     g.add_argument(
+        "--gpu-timer",
+        choices=GPU_TIMERS,
+        default=GPU_TIMERS[0],
+        help="nccl: pre-roll queues a device sleep before the start event so the host's "
+        "enqueue of the op is not timed; enqueue times from the host reaching the start event "
+        "(includes 20-30 us of Python and c10d per call) (default: %(default)s)",
+    )
+    g.add_argument(
         "--no-check",
         dest="check",
         action="store_false",
@@ -113,6 +121,7 @@ def timing_config(args: argparse.Namespace) -> TimingConfig:
         warmup=args.warmup,
         budget_s=args.budget,
         timing=args.timing,
+        gpu_timer=args.gpu_timer,
         check=args.check,
         isolated=args.isolated,
     )

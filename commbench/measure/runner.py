@@ -17,7 +17,14 @@ import numpy as np
 from commbench.dtypes import dtype_size
 from commbench.measure import diag
 from commbench.measure.bind import BufferPool, bind
-from commbench.measure.transport.base import PER_ITERATION, TIMING_MODES, Communicator
+from commbench.measure.transport.base import (
+    ENQUEUE,
+    GPU_TIMERS,
+    PER_ITERATION,
+    PRE_ROLL,
+    TIMING_MODES,
+    Communicator,
+)
 from commbench.ops import bus_factor, record_bytes, step_buffer_bytes
 from commbench.results.records import Measurement
 from commbench.traffic.layout import GroupInfo
@@ -41,11 +48,13 @@ class TimingConfig:
     min_iters: int = 5
     max_iters: int = 2000
     timing: str = PER_ITERATION
+    gpu_timer: str = PRE_ROLL
     check: bool = True
     isolated: bool = False
 
     def __post_init__(self) -> None:
         assert self.timing in TIMING_MODES, self.timing
+        assert self.gpu_timer in GPU_TIMERS, self.gpu_timer
         assert self.iters is None or self.iters >= 1
         assert self.warmup is None or self.warmup >= 0
 
@@ -110,7 +119,7 @@ class Runner:
     ) -> tuple[int, int]:
         """(warmup, iters): fixed if configured, else sized to the budget from a probe."""
         cfg = self.cfg
-        probe = float(np.max(comm.time_loop(bound.fn, 2, PER_ITERATION)))
+        probe = float(np.max(comm.time_loop(bound.fn, 2, PER_ITERATION, ENQUEUE)))
         probe = estimate_over.max_float(probe)
         warmup = (
             cfg.warmup
@@ -136,10 +145,11 @@ class Runner:
             wrong = bound.verify()
             bound.reset()
         warmup, iters = self._iterations(comm, bound, agree)
+        timer = self.cfg.gpu_timer
         if warmup:
-            comm.time_loop(bound.fn, warmup, PER_ITERATION)
-        times = comm.time_loop(bound.fn, iters, self.cfg.timing) * bound.time_scale
-        return times, wrong, warmup, iters, comm.loop_kind(bound.fn, self.cfg.timing)
+            comm.time_loop(bound.fn, warmup, PER_ITERATION, ENQUEUE)
+        times = comm.time_loop(bound.fn, iters, self.cfg.timing, timer) * bound.time_scale
+        return times, wrong, warmup, iters, comm.loop_kind(bound.fn, self.cfg.timing, timer)
 
     def measure(self, step: Step, info: GroupInfo) -> Measurement | None:
         """Collective on the world: time `step` on every group of `info` (all at once, or one

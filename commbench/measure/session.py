@@ -143,6 +143,7 @@ class Session:
         self._runner: Runner | None = None
         self.nodes: tuple[int, ...] = ()
         self.hosts: list[str] = []
+        self.devices: list[dict] = []  # per rank: host, local rank, device (GPU name, PCI bus)
         # a bad spec fails here, before any talk; a self-signal waits for the signal thread
         self.faults = Injector.from_env(launch.rank, settle=self.stop.wait)
         self.notice = Notice()
@@ -182,9 +183,13 @@ class Session:
                 self._world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
                 diag.mark("world")
                 self.hosts = self.world.allgather_obj(self.launch.host)
+                me = {"host": self.launch.host, "local_rank": self.launch.local_rank}
+                self.devices = self.world.allgather_obj({**me, **self.world.device_identity()})
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
                 self._open_run_dir()
         except UsageError as e:  # the run directory's outcome was broadcast: every rank is here
+            if self._world is None:  # refused before the rendezvous (say, no GPU for this rank)
+                self._fail(e)
             self._agreed_usage_exit(e)
         except BaseException as e:
             self._fail(e)
@@ -249,6 +254,8 @@ class Session:
             "env": relevant_env(),
             "timing": self.timing.timing,
             "timing_loop": self.world.timing_info(),
+            "gpu_timer": self.timing.gpu_timer,
+            "devices": self.devices,
             "timeout_s": self.opts.timeout_s,
             "emulation": emulation(),
         }

@@ -82,8 +82,8 @@ class Views:
     def send(self, nbytes: int) -> Any:
         return self.comm.view(self.send_raw, nbytes, self.dtype)
 
-    def recv(self, nbytes: int) -> Any:
-        return self.comm.view(self.recv_raw, nbytes, self.dtype)
+    def recv(self, nbytes: int, offset: int = 0) -> Any:
+        return self.comm.view(self.recv_raw, nbytes, self.dtype, offset)
 
 
 @dataclass

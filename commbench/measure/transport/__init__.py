@@ -6,39 +6,31 @@ Backend modules are imported only when chosen, so the mpi path never imports tor
 from __future__ import annotations
 
 import importlib.util
-import os
 
 from commbench.errors import UsageError
 from commbench.measure.launch import LaunchInfo
 from commbench.measure.transport.base import Communicator
+from commbench.measure.transport.devices import nccl_problem, torch_build, visible_gpus
 
 BACKENDS = ("auto", "mpi", "gloo", "nccl")
 
 
-def cuda_present() -> bool:
-    """A cheap look for an NVIDIA GPU that does not import torch."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return False
-    return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
-
-
 def resolve_backend(name: str, launch: LaunchInfo) -> str:
-    """`auto` -> nccl with CUDA and torch, gloo under torchrun, else mpi; check availability."""
+    """`auto` -> nccl where it can run (a CUDA build of torch, a visible GPU for every local
+    rank), else gloo under torchrun, else mpi; an explicit choice is checked and refused with a
+    usage error where it cannot run. Decided without importing torch, on every rank."""
     name = name.lower()
     if name not in BACKENDS:
         raise UsageError(f"unknown backend {name!r}: choose from {', '.join(BACKENDS)}")
-    has_torch = importlib.util.find_spec("torch") is not None
-    if name == "auto":
-        if has_torch and cuda_present():
-            name = "nccl"
-        elif launch.launcher == "torchrun":
-            name = "gloo"
-        else:
-            name = "mpi"
-    if name in ("gloo", "nccl") and not has_torch:
-        raise UsageError(f"backend {name} needs torch: pip install 'commbench[torch]'")
-    if name == "nccl" and not cuda_present():
-        raise UsageError("backend nccl needs an NVIDIA GPU; none was found (use mpi or gloo)")
+    build = torch_build()
+    if name in ("auto", "nccl"):
+        problem = nccl_problem(launch, build, visible_gpus())
+        if name == "nccl" and problem:
+            raise UsageError(problem)
+        if name == "auto":
+            name = "nccl" if problem is None else "gloo" if launch.launcher == "torchrun" else "mpi"
+    if name == "gloo" and build.version is None:
+        raise UsageError("backend gloo needs torch: pip install 'commbench[torch]'")
     if name == "mpi" and importlib.util.find_spec("mpi4py") is None:
         raise UsageError("backend mpi needs mpi4py: pip install mpi4py")
     if launch.launcher == "torchrun" and name == "mpi":

@@ -19,6 +19,13 @@ Fn = Callable[[], None]
 PER_ITERATION = "per-iteration"
 PIPELINED = "pipelined"
 TIMING_MODES = (PER_ITERATION, PIPELINED)
+# GPU event timing: PRE_ROLL queues a device sleep before the start event so the host's enqueue
+# of the op (Python -> c10d -> NCCL, 20-30 us) happens while the GPU waits and is not timed
+# (the technique of stas00's all_reduce_bench); ENQUEUE records the start event as the host
+# gets to it, so the time includes that enqueue (the old behaviour).
+PRE_ROLL = "pre-roll"
+ENQUEUE = "enqueue"
+GPU_TIMERS = (PRE_ROLL, ENQUEUE)
 
 
 class Communicator(ABC):
@@ -119,14 +126,11 @@ class Communicator(ABC):
         """One round trip with `peer`: the initiator sends then receives, the other echoes."""
 
     @abstractmethod
-    def isend(self, buf: Any, dest: int, tag: int) -> Any:
-        """Start a send; returns a request for waitall."""
-
-    @abstractmethod
-    def recv(self, buf: Any, source: int, tag: int) -> None: ...
-
-    @abstractmethod
-    def waitall(self, requests: list[Any]) -> None: ...
+    def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
+        """One fused group of ("send" | "recv", buffer, peer): every operation posted at once,
+        the call returns when all have completed (NCCL's group call, torch's
+        batch_isend_irecv, MPI's Isend/Irecv + Waitall). No tags: messages between two
+        positions match in issue order, as on NCCL."""
 
     def compute(self, seconds: float) -> None:
         """Stand-in for compute between messages (pipeline bubbles): sleep, leaving the CPU
@@ -138,18 +142,26 @@ class Communicator(ABC):
         """Wait for the device to finish queued work (no-op on host backends)."""
 
     # ---- timing -------------------------------------------------------------------------
-    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION) -> str:
-        """Which loop `time_loop` uses for `fn`: "native" (C) or "python"; records carry it."""
+    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION, timer: str = PRE_ROLL) -> str:
+        """Which loop and clock `time_loop` uses for `fn`: "native" (C) or "python" on hosts,
+        the GPU event method on devices; records carry it."""
         return "python"
 
     def timing_info(self) -> dict:
         """How this backend times (for meta.json): the loop, and why not native if not."""
         return {"loop": "python"}
 
-    def time_loop(self, fn: Fn, iters: int, mode: str = PER_ITERATION) -> np.ndarray:
+    def device_identity(self) -> dict:
+        """This rank's device for meta.json (host backends: none)."""
+        return {"device": "cpu"}
+
+    def time_loop(
+        self, fn: Fn, iters: int, mode: str = PER_ITERATION, timer: str = PRE_ROLL
+    ) -> np.ndarray:
         """Seconds per call on this rank: barrier, clock, op, device sync, clock.
 
         `pipelined` times `iters` back-to-back calls after one barrier and divides (nccl-tests).
+        `timer` picks the GPU event method (GPU_TIMERS); host clocks ignore it.
         """
         barrier, sync, clock = self.barrier, self.sync, time.perf_counter
         out = np.empty(iters)

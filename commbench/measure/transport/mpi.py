@@ -1,4 +1,4 @@
-"""mpi4py backend: numpy host buffers (or CUDA arrays where the MPI is CUDA-aware).
+"""mpi4py backend: numpy host buffers, always (a CUDA-aware MPI still measures host memory).
 
 Ops are bound once to buffer specs so each timed call is a single mpi4py method call, and
 carry a native descriptor so the timed loop runs in C (transport/native.py) when the MPI's
@@ -25,7 +25,13 @@ mpi4py.rc.thread_level = "serialized"
 from mpi4py import MPI  # noqa: E402
 
 from commbench.measure.transport import native  # noqa: E402
-from commbench.measure.transport.base import PER_ITERATION, PIPELINED, Communicator, Fn  # noqa: E402
+from commbench.measure.transport.base import (  # noqa: E402
+    PER_ITERATION,
+    PIPELINED,
+    PRE_ROLL,
+    Communicator,
+    Fn,
+)
 from commbench.ops.checkdata import storage_dtype  # noqa: E402
 
 HUGE_PAGE = 2 << 20
@@ -214,23 +220,29 @@ class MPICommunicator(Communicator):
 
         return self._bound(fn, "pingpong", None, buf, buf.size, dest=peer, initiator=initiator)
 
-    def isend(self, buf: np.ndarray, dest: int, tag: int) -> MPI.Request:
-        return self.comm.Isend(_spec(buf), dest, tag)
+    def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
+        comm = self.comm
+        posts = [
+            (comm.Isend if kind == "send" else comm.Irecv, _spec(buf), peer)
+            for kind, buf, peer in ops
+        ]
+        waitall = MPI.Request.Waitall
 
-    def recv(self, buf: np.ndarray, source: int, tag: int) -> None:
-        self.comm.Recv(_spec(buf), source, tag)
+        def fn() -> None:
+            waitall([post(spec, peer, 0) for post, spec, peer in posts])
 
-    def waitall(self, requests: list[Any]) -> None:
-        MPI.Request.Waitall(requests)
+        return fn
 
     # ---- timing ----
-    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION) -> str:
+    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION, timer: str = PRE_ROLL) -> str:
         return "native" if getattr(fn, "native", None) is not None else "python"
 
     def timing_info(self) -> dict:
         return {**self._availability.as_meta(), "host_buffers": "2 MiB aligned, THP advised"}
 
-    def time_loop(self, fn: Fn, iters: int, mode: str = PER_ITERATION) -> np.ndarray:
+    def time_loop(
+        self, fn: Fn, iters: int, mode: str = PER_ITERATION, timer: str = PRE_ROLL
+    ) -> np.ndarray:
         """Seconds per call: in C when `fn` carries a native descriptor, else in Python with
         nothing but the mpi4py call between the clocks (host buffers: no device sync)."""
         desc = getattr(fn, "native", None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +18,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from commbench.errors import UsageError
 from commbench.measure.launch import LaunchInfo
-from commbench.measure.transport.base import PIPELINED, Communicator, Fn
+from commbench.measure.transport.base import (
+    ENQUEUE,
+    PER_ITERATION,
+    PIPELINED,
+    PRE_ROLL,
+    Communicator,
+    Fn,
+)
+from commbench.measure.transport.devices import device_problem, gpu_index
+from commbench.measure.transport.gputime import preroll_seconds, sleep_cycles
+from commbench.measure.transport.rendezvous import (
+    free_port,
+    process_group_timeout_s,
+    rendezvous_address,
+)
 
 # torch >= 2.12 renamed the tensor forms; keep working on older releases
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -34,59 +49,70 @@ _DTYPES = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _rendezvous_address() -> str:
-    if os.environ.get("MASTER_ADDR"):
-        return os.environ["MASTER_ADDR"]
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-
-
 def init_world(launch: LaunchInfo, backend: str, timeout_s: float) -> TorchCommunicator:
-    """Initialise the default process group from the launcher and return the world."""
-    timeout = datetime.timedelta(seconds=timeout_s)
+    """Initialise the default process group from the launcher and return the world.
+
+    nccl: one GPU per local rank (`devices.gpu_index`), bound with `device_id` on every launch
+    path (eager init: the same communicators and p2p semantics under torchrun and mpirun), and
+    gloo beside it for CPU tensors ("cpu:gloo,cuda:nccl"), so pickled control messages never
+    go through NCCL. torch's timeout sits a margin above commbench's watchdog."""
+    timeout = datetime.timedelta(seconds=process_group_timeout_s(timeout_s))
     device = torch.device("cpu")
+    kwargs: dict[str, Any] = {"timeout": timeout}
+    pg_backend = backend
     if backend == "nccl":
-        local = launch.local_rank % max(torch.cuda.device_count(), 1)
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
+        problem = device_problem(
+            launch, torch.cuda.is_available(), torch.cuda.device_count(), dist.is_nccl_available()
+        )
+        if problem:
+            raise UsageError(problem)
+        device = torch.device("cuda", gpu_index(launch, torch.cuda.device_count()))
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+        pg_backend = "cpu:gloo,cuda:nccl"
     if launch.launcher == "torchrun":
-        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+        dist.init_process_group(pg_backend, init_method="env://", **kwargs)
     else:
         if launch.is_mpi:
             from mpi4py import MPI
 
             comm = MPI.COMM_WORLD
-            addr = comm.bcast((_rendezvous_address(), _free_port()) if comm.rank == 0 else None)
+            spans = launch.local_size < launch.size
+            mine = None
+            if comm.rank == 0:
+                try:
+                    mine = ("ok", rendezvous_address(spans), free_port())
+                except UsageError as e:
+                    mine = ("error", str(e), 0)
+            status, addr, port = comm.bcast(mine)
+            if status == "error":
+                raise UsageError(addr)
         else:
-            addr = ("127.0.0.1", _free_port())
-        eager: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
+            addr, port = "127.0.0.1", free_port()
         dist.init_process_group(
-            backend,
-            init_method=f"tcp://{addr[0]}:{addr[1]}",
+            pg_backend,
+            init_method=f"tcp://{addr}:{port}",
             rank=launch.rank,
             world_size=launch.size,
-            timeout=timeout,
-            **eager,
+            **kwargs,
         )
     world = dist.get_world_size()
-    return TorchCommunicator(None, tuple(range(world)), device, backend)
+    return TorchCommunicator(None, tuple(range(world)), device, backend, timeout)
 
 
 class TorchCommunicator(Communicator):
     """A group over a torch.distributed process group (None = the default group)."""
 
     def __init__(
-        self, group: Any, ranks: tuple[int, ...], device: torch.device, backend: str
+        self,
+        group: Any,
+        ranks: tuple[int, ...],
+        device: torch.device,
+        backend: str,
+        timeout: datetime.timedelta,
     ) -> None:
         self.group = group
+        self.timeout = timeout
         self.ranks = ranks
         self.device = device
         self.backend = backend
@@ -99,20 +125,26 @@ class TorchCommunicator(Communicator):
 
     # ---- groups and control ----
     def split(self, groups: Sequence[Sequence[int]]) -> TorchCommunicator | None:
-        mine = None
-        for g in groups:  # every rank creates every group, in the same order
-            ranks = tuple(self.ranks[p] for p in g)
-            pg = dist.new_group(list(ranks))
-            if self.rank in g:
-                mine = TorchCommunicator(pg, ranks, self.device, self.backend)
-        return mine
+        members = [tuple(self.ranks[p] for p in g) for g in groups]
+        mine = next((m for m in members if dist.get_rank() in m), None)
+        if self._cuda and hasattr(dist, "split_group"):
+            # one ncclCommSplit for all groups (torch >= 2.6), not one world-wide split per group
+            pg = dist.split_group(self.group, [list(g) for g in groups], timeout=self.timeout)
+        else:
+            pg = None
+            for ranks in members:  # every rank creates every group, in the same order
+                created = dist.new_group(list(ranks), timeout=self.timeout)
+                if ranks == mine:
+                    pg = created
+        if mine is None:
+            return None
+        return TorchCommunicator(pg, mine, self.device, self.backend, self.timeout)
 
     def barrier(self) -> None:
+        """Host barrier once this rank's GPU work is done (gloo under "cpu:gloo,cuda:nccl")."""
         if self._cuda:
-            dist.barrier(group=self.group, device_ids=[self.device.index])
             torch.cuda.synchronize()
-        else:
-            dist.barrier(group=self.group)
+        dist.barrier(group=self.group)
 
     def abort(self, code: int) -> None:
         os._exit(code)
@@ -237,19 +269,22 @@ class TorchCommunicator(Communicator):
 
         return fn
 
-    def isend(self, buf: torch.Tensor, dest: int, tag: int) -> Any:
-        return dist.isend(buf, self._g(dest), group=self.group, tag=tag)
+    def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
+        g = self.group
+        batch = [
+            dist.P2POp(dist.isend if kind == "send" else dist.irecv, buf, self._g(peer), g)
+            for kind, buf, peer in ops
+        ]
 
-    def recv(self, buf: torch.Tensor, source: int, tag: int) -> None:
-        dist.recv(buf, self._g(source), group=self.group, tag=tag)
+        def fn() -> None:
+            for w in dist.batch_isend_irecv(batch):
+                w.wait()
 
-    def waitall(self, requests: list[Any]) -> None:
-        for r in requests:
-            r.wait()
+        return fn
 
     def compute(self, seconds: float) -> None:
         if self._cuda and seconds > 0:
-            torch.cuda._sleep(int(seconds * 1.4e9))  # ~cycles at a typical boost clock
+            torch.cuda._sleep(sleep_cycles(seconds, sleep_rate()))
         else:
             super().compute(seconds)
 
@@ -258,13 +293,62 @@ class TorchCommunicator(Communicator):
             torch.cuda.synchronize()
 
     # ---- timing: CUDA events on the op's stream for nccl ----
-    def time_loop(self, fn: Fn, iters: int, mode: str = "per-iteration") -> np.ndarray:
+    def loop_kind(self, fn: Fn, mode: str = PER_ITERATION, timer: str = PRE_ROLL) -> str:
+        return f"cuda-events ({timer})" if self._cuda else "python"
+
+    def timing_info(self) -> dict:
+        if not self._cuda:
+            return {"loop": "python"}
+        return {
+            "loop": "python, CUDA events",
+            "gpu_timers": {
+                PRE_ROLL: "device sleep queued before the start event: the host's enqueue "
+                "of the op is not timed",
+                ENQUEUE: "start event recorded as the host reaches it: includes the enqueue",
+            },
+            "sleep_cycles_per_s": sleep_rate(),
+        }
+
+    def device_identity(self) -> dict:
+        if not self._cuda:
+            return {"device": "cpu"}
+        props = torch.cuda.get_device_properties(self.device)
+        bus = getattr(props, "pci_bus_id", None)
+        pci = (
+            f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:"
+            f"{getattr(props, 'pci_device_id', 0):02x}.0"
+            if bus is not None
+            else None
+        )
+        return {
+            "device": str(self.device),
+            "gpu": props.name,
+            "pci_bus_id": pci,
+            "uuid": str(getattr(props, "uuid", "")) or None,
+            "memory_bytes": int(props.total_memory),
+        }
+
+    def time_loop(
+        self, fn: Fn, iters: int, mode: str = PER_ITERATION, timer: str = PRE_ROLL
+    ) -> np.ndarray:
+        """CUDA events around the op. With PRE_ROLL, a device sleep a few times the host's
+        enqueue (measured on one untimed call, the group's largest) is queued first, so the
+        start event fires only once the op is queued behind it; every rank sleeps as long."""
         if not self._cuda:
             return super().time_loop(fn, iters, mode)
+        rate, clock = sleep_rate(), time.perf_counter
+        preroll = 0.0
+        if timer == PRE_ROLL:
+            self.barrier()
+            t0 = clock()
+            fn()
+            preroll = self.max_float(preroll_seconds(clock() - t0))  # the same on every rank
         out = np.empty(iters)
         if mode == PIPELINED:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.barrier()
+            if preroll:
+                torch.cuda._sleep(sleep_cycles(preroll, rate))
             start.record()
             for _ in range(iters):
                 fn()
@@ -276,6 +360,8 @@ class TorchCommunicator(Communicator):
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         for i in range(iters):
             self.barrier()
+            if preroll:
+                torch.cuda._sleep(sleep_cycles(preroll, rate))
             starts[i].record()
             fn()
             ends[i].record()
@@ -283,3 +369,21 @@ class TorchCommunicator(Communicator):
         for i in range(iters):
             out[i] = starts[i].elapsed_time(ends[i]) / 1e3
         return out
+
+
+_SLEEP_RATE: list[float] = []
+
+
+def sleep_rate() -> float:
+    """torch.cuda._sleep's cycles per second on this GPU, measured once per process (the
+    clock it spins on runs at the SM clock: ~1.98 GHz boost on H100/H200, not an assumed 1.4)."""
+    if not _SLEEP_RATE:
+        cycles = 20_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles // 10)  # wake the clocks
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _SLEEP_RATE.append(cycles / (start.elapsed_time(end) / 1e3))
+    return _SLEEP_RATE[0]
