@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import math
 import os
 import platform
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -31,6 +29,7 @@ from commbench.measure import diag
 from commbench.measure.faults import START, Injector
 from commbench.measure.launch import LaunchInfo
 from commbench.measure.notice import Notice
+from commbench.measure.provenance import emulation, git_revision, relevant_env
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
@@ -41,20 +40,6 @@ EXIT_INTERRUPTED = 130
 # SIGUSR1 is the graceful stop under mpirun: Open MPI forwards it to every rank as is, whereas
 # on SIGINT/SIGTERM it sends the ranks SIGTERM and SIGKILLs them 0.25 s later.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-ENV_PREFIXES = (
-    "NCCL_",
-    "OMPI_MCA_",
-    "UCX_",
-    "FI_",
-    "GLOO_",
-    "TORCH_NCCL",
-    "MPICH_",
-    "I_MPI_",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
-    "SLURM_JOB_ID",
-    "COMMBENCH_",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,38 +54,6 @@ class SessionOptions:
     verbose: bool = False
     write: bool = True
     run_id: str | None = None
-
-
-def git_revision() -> str | None:
-    """The commit commbench runs from, when it runs from a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-ENV_EMULATION = "COMMBENCH_EMULATION"  # set by `commbench emulate`: the topology as JSON
-
-
-def relevant_env() -> dict[str, str]:
-    """NCCL/MPI/UCX settings and the like that change what is measured."""
-    return {
-        k: v
-        for k, v in sorted(os.environ.items())
-        if k.startswith(ENV_PREFIXES) and k != ENV_EMULATION
-    }
-
-
-def emulation() -> dict | None:
-    """The emulated topology this job runs on (ground truth for meta.json), if any."""
-    text = os.environ.get(ENV_EMULATION)
-    return json.loads(text) if text else None
 
 
 class Watchdog:
