@@ -20,13 +20,14 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install test test-all lint format demo report bench gpu-check browser clean help
+.PHONY: install test test-all lint format demo demo-cluster report bench gpu-check browser clean help
 
 help:
 	@echo "make demo    install, then measure on $(NP) local MPI ranks, fit, plan and report"
 	@echo "make test    install, then run the test suite"
 	@echo "make report  build $(RESULTS)/report/index.html (runs a quick suite first if empty)"
 	@echo "make bench   benchmarks of commbench itself"
+	@echo "make demo-cluster  the demo on 2 emulated nodes x 2 ranks, links shaped to $(EMU_RATE) (root)"
 	@echo "make gpu-check  the GPU path end to end on this machine's GPUs (nccl)"
 	@echo "make lint    ruff check + format check + mypy"
 
@@ -71,6 +72,20 @@ demo: install
 	$(CB) plan --model llama-70b --gpus 32 --gpus-per-node 8 --top 5 -o $(RESULTS)/demo-plan-llama-70b.json
 	$(CB) report $(RESULTS)/demo-collectives $(RESULTS)/demo-smoke --calibration $(RESULTS)/demo-calibration.json --plan $(RESULTS)/demo-plan-llama-70b.json -o $(RESULTS)/report
 	@echo "demo done: open $(RESULTS)/report/index.html"
+
+# The demo across emulated nodes (root): 2 network namespaces x 2 ranks, one NIC per rank shaped
+# to EMU_RATE, so the report shows intra (shared memory) against inter (the shaped link) curves.
+EMU_RATE ?= 400mbit
+EMU := $(CB) emulate --nodes 2 --ranks-per-node 2 --link-rate $(EMU_RATE) --
+demo-cluster: install
+	rm -rf $(RESULTS)/cluster-collectives $(RESULTS)/cluster-smoke
+	$(EMU) suite collectives --quick --set max_bytes=8M --set factor=4 --results $(RESULTS) --run-id cluster-collectives
+	$(EMU) suite smoke --results $(RESULTS) --run-id cluster-smoke
+	$(CB) fit $(RESULTS)/cluster-collectives -o $(RESULTS)/cluster-calibration.json
+	$(CB) validate --calibration $(RESULTS)/cluster-calibration.json $(RESULTS)/cluster-smoke
+	$(CB) plan --model llama-7b --gpus 4 --gpus-per-node 2 --calibration $(RESULTS)/cluster-calibration.json --extrapolate --top 5
+	$(CB) report $(RESULTS)/cluster-collectives $(RESULTS)/cluster-smoke --calibration $(RESULTS)/cluster-calibration.json -o $(RESULTS)/cluster-report
+	@echo "demo-cluster done: open $(RESULTS)/cluster-report/index.html"
 
 # With no run in $(RESULTS) yet, measure first: a quick collectives sweep (bandwidth curves and
 # their fits) and the smoke suite (every strategy at toy sizes). The report fits in memory.
