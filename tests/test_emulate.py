@@ -128,7 +128,7 @@ def test_torchrun_line_per_node(tmp_path):
     [
         ([], "got nothing"),
         (["--", "fit", "results/x"], "got 'fit'"),
-        (["run", "allreduce", "--backend", "gloo"], "--backend gloo"),
+        (["run", "allreduce", "--backend", "nccl"], "--backend nccl"),
         (["run", "allreduce", "--backend=nccl"], "--backend nccl"),
         (["suite", "smoke", "--ranks-per-node", "2"], "--ranks-per-node"),
     ],
@@ -136,6 +136,11 @@ def test_torchrun_line_per_node(tmp_path):
 def test_command_after_the_dashes_is_checked(words, message):
     with pytest.raises(UsageError, match=message):
         command_line(words, "mpi")
+
+
+def test_torchrun_cannot_start_the_mpi_backend():
+    with pytest.raises(UsageError, match="torchrun cannot run"):
+        command_line(["run", "allreduce", "--backend", "mpi"], "gloo")
 
 
 def test_command_line_keeps_a_matching_backend():
@@ -301,6 +306,39 @@ def test_gloo_crosses_the_shaped_links_through_torchrun(tmp_path):
     assert rec["busbw_GBps"] == pytest.approx(GOODPUT_GBPS, rel=0.10), out
     meta = json.loads((tmp_path / "g" / "meta.json").read_text())
     assert meta["launcher"] == "torchrun" and meta["emulation"]["launcher"] == "torchrun"
+
+
+@needs_root
+@needs_torch
+def test_mpirun_starts_gloo_with_a_rendezvous_the_other_node_reaches(tmp_path):
+    """mpirun sets no MASTER_ADDR: rank 0 picks its own NIC's address, not loopback."""
+    rc, out = _finish(
+        _emulate(
+            *("--nodes", "2", "--ranks-per-node", "1", "--link-rate", RATE, "--"),
+            *("run", "pingpong", "--sizes", "4M", "-n", "3", "-w", "1", "--backend", "gloo"),
+            *("--results", str(tmp_path), "--run-id", "mg"),
+        )
+    )
+    assert rc == 0, out
+    (rec,) = _records(tmp_path / "mg")
+    assert rec["backend"] == "gloo" and rec["link_class"] == "inter"
+    assert rec["busbw_GBps"] == pytest.approx(GOODPUT_GBPS, rel=0.10), out
+
+
+@needs_root
+def test_layout_groups_span_the_nodes_with_correct_data(tmp_path):
+    """Every strategy of the smoke suite on 2 nodes x 2 ranks: TP inside a node, DP/PP across."""
+    rc, out = _finish(
+        _emulate(
+            *("--nodes", "2", "--ranks-per-node", "2", "--link-rate", "400mbit", "--"),
+            *("suite", "smoke", "--results", str(tmp_path), "--run-id", "s"),
+        )
+    )
+    assert rc == 0, out
+    recs = _records(tmp_path / "s")
+    assert recs and all(r.get("wrong", 0) == 0 for r in recs)
+    links = {r.get("link_class") for r in recs}
+    assert {"intra", "inter"} <= links, links
 
 
 @needs_root

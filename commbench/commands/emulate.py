@@ -27,6 +27,8 @@ from commbench.errors import UsageError
 HELP = "run a measuring command across emulated nodes (namespaces, shaped links; root)"
 MEASURING_COMMANDS = ("run", "suite")
 BACKEND_LAUNCHERS = {"mpi": "mpirun", "gloo": "torchrun"}
+# what each launcher can start: mpirun also runs torch backends (rank 0 picks the rendezvous)
+LAUNCHABLE = {"mpi": ("auto", "mpi", "gloo"), "gloo": ("auto", "gloo")}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,10 +79,11 @@ def command_line(words: list[str], backend: str) -> list[str]:
         value = w.split("=", 1)[1] if w.startswith("--backend=") else None
         if w == "--backend" and i + 1 < len(words):
             value = words[i + 1]
-        if value is not None and value not in (backend, "auto"):
+        if value is not None and value not in LAUNCHABLE[backend]:
             raise UsageError(
-                f"the command asks for --backend {value} but emulate launches {backend} "
-                f"(emulate --backend {backend}); give the backend to emulate"
+                f"the command asks for --backend {value}, which "
+                f"{BACKEND_LAUNCHERS[backend]} cannot run (emulate --backend {backend} launches "
+                f"{', '.join(LAUNCHABLE[backend])}); choose the launcher with emulate --backend"
             )
         if w == "--ranks-per-node" or w.startswith("--ranks-per-node="):
             raise UsageError(
