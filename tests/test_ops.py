@@ -116,3 +116,31 @@ def test_registry_is_built_from_the_op_modules_alone():
         for alias in spec.aliases:
             assert OP_ALIASES[alias] == spec.name and op_spec(alias) is spec
     assert list(OPS)[-1] == "p2p_schedule" and SWEEP_OPS == tuple(OPS)[:-1]
+
+
+def _bf16(x: float) -> float:
+    """Round a float to bfloat16 (round to nearest even on the float32 bits)."""
+    import numpy as np
+
+    bits = int(np.array([x], dtype=np.float32).view(np.uint32)[0])
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
+
+
+def test_exact_sum_limit_is_where_bfloat16_sums_stop_being_exact():
+    """Check data lies in [-2, 2]: at 128 ranks every partial sum of any order is exact in
+    bfloat16; at 129 one order (128 twos, then a one) already rounds, so the check is off."""
+    from commbench.ops.checkdata import EXACT_SUM_RANKS, exact_sum
+
+    def worst_sum(p: int) -> tuple[float, int]:
+        acc, values = 0.0, [2] * (p - 1) + [1]
+        for v in values:
+            acc = _bf16(acc + v)
+        return acc, sum(values)
+
+    limit = EXACT_SUM_RANKS["bfloat16"]
+    got, want = worst_sum(limit)
+    assert got == want and exact_sum("bfloat16", limit)
+    got, want = worst_sum(limit + 1)
+    assert got != want and not exact_sum("bfloat16", limit + 1)
+    assert exact_sum("float32", 1 << 20) and not exact_sum("float16", 1025)

@@ -25,7 +25,8 @@ from commbench.measure.transport.base import (
     TIMING_MODES,
     Communicator,
 )
-from commbench.ops import bus_factor, record_bytes, step_buffer_bytes
+from commbench.ops import OPS, bus_factor, record_bytes, step_buffer_bytes
+from commbench.ops.checkdata import exact_sum
 from commbench.results.records import Measurement
 from commbench.traffic.layout import GroupInfo
 from commbench.traffic.program import Step
@@ -133,12 +134,17 @@ class Runner:
         )
         return warmup, iters
 
+    def checks(self, step: Step, p: int) -> bool:
+        """Check this point? Not where a 16-bit sum over p ranks is inexact (EXACT_SUM_RANKS):
+        it would count rounding as wrong data; the record then says `checked: false`."""
+        return self.cfg.check and (not OPS[step.op].reduces or exact_sum(step.dtype, p))
+
     def _run_group(self, comm: Communicator, step: Step, agree: Communicator) -> tuple:
         """Check, warm up and time `step` on this rank's group:
         (times_s, wrong, warmup, iters, loop)."""
         bound = bind(comm, step, self.pool)
         wrong = 0
-        if self.cfg.check:
+        if self.checks(step, comm.size):
             bound.prepare()
             bound.fn()
             comm.sync()
@@ -218,7 +224,7 @@ class Runner:
             algbw_GBps=algbw,
             busbw_GBps=algbw * bus_factor(step.op, info.size),
             wrong=wrong,
-            checked=self.cfg.check,
+            checked=self.checks(step, info.size),
             timing=self.cfg.timing,
             loop=loops.pop() if len(loops) == 1 else "mixed",
             isolated=self.cfg.isolated,

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
 
 _PERIOD = 61  # prime, so patterns of different seeds do not line up by chance
+# Largest group whose sums of [-2, 2] values stay exact, whatever the order: partial sums reach
+# 2p, and bfloat16 (8-bit significand) holds integers exactly up to 256, float16 up to 2048.
+EXACT_SUM_RANKS = {"bfloat16": 128, "float16": 1024}
+
+
+def exact_sum(dtype: str, p: int) -> bool:
+    """Whether a sum over p ranks of check data is exact in `dtype` (so `wrong` is meaningful)."""
+    return p <= EXACT_SUM_RANKS.get(dtype, p)
 
 
 def storage_dtype(dtype: str) -> np.dtype:
