@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from commbench import calibration, plan  # noqa: E402
 from commbench.calibration import reference
-from commbench.traffic.model import get_model  # noqa: E402
+from commbench.traffic.presets import get_model  # noqa: E402
 
 SEARCHES = {
     "default": {"zero_stages": (0, 1, 2, 3)},

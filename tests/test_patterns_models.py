@@ -12,7 +12,8 @@ from commbench.traffic.memory import (
     kv_cache_bytes_per_token,
     training_memory,
 )
-from commbench.traffic.model import PRESETS, ModelShape, get_model, parse_model_arg
+from commbench.traffic.model import ModelShape
+from commbench.traffic.presets import PRESETS, get_model, parse_model_arg
 
 KiB, GiB = 1 << 10, 1 << 30
 

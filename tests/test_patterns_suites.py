@@ -15,8 +15,8 @@ from commbench.results.rundir import read_run
 from commbench.traffic import patterns
 from commbench.traffic.execution import fit_budget, plan
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.model import get_model
 from commbench.traffic.points import expand
+from commbench.traffic.presets import get_model
 from commbench.traffic.program import Step
 from commbench.traffic.suitefile import (
     Overrides,

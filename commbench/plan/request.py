@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.traffic.layout import host_map
-from commbench.traffic.model import ModelShape, parse_model_arg
+from commbench.traffic.model import ModelShape
+from commbench.traffic.presets import parse_model_arg
 
 if TYPE_CHECKING:
     from commbench.calibration import Calibration

@@ -1,4 +1,4 @@
-"""Model shapes: presets with their published configs, parameter counts and stage placement.
+"""Model shapes: parameter counts and stage placement (the presets: traffic/presets.py).
 
 Parameter counts are derived from the shape (Llama / Mixtral layer structure: attention with
 grouped-query K/V, SwiGLU or GeLU MLP, RMSNorm, untied or tied embeddings, top-k routed
@@ -197,6 +197,8 @@ class ModelShape:
         base: dict[str, Any] = {}
         if "preset" in data:
             preset = data.pop("preset")
+            from commbench.traffic.presets import get_model  # the presets are ModelShapes
+
             base = get_model(preset, f"{where}.preset").to_dict()
         known = {f.name: f for f in fields(cls)}
         for key, value in data.items():
@@ -275,91 +277,3 @@ class StageParams:
 
     def per_rank(self, tp: int, ep: int) -> int:
         return math.ceil(self.dense_per_rank(tp) + self.expert_per_rank(tp, ep))
-
-
-# ---- presets: published configs (HF config.json of each model) ----
-PRESETS: dict[str, ModelShape] = {
-    m.name: m
-    for m in (
-        # Llama 2 7B / 13B: MHA, SwiGLU, 4K context
-        ModelShape(name="llama-7b", layers=32, hidden=4096, ffn_hidden=11008, heads=32),
-        ModelShape(name="llama-13b", layers=40, hidden=5120, ffn_hidden=13824, heads=40),
-        # Llama 2 70B: GQA with 8 KV heads
-        ModelShape(
-            name="llama-70b", layers=80, hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8
-        ),
-        # Llama 3 8B: GQA, 128K vocabulary, 8K context
-        ModelShape(
-            name="llama3-8b",
-            layers=32,
-            hidden=4096,
-            ffn_hidden=14336,
-            heads=32,
-            kv_heads=8,
-            vocab=128256,
-            seq_len=8192,
-        ),
-        # Mixtral 8x7B / 8x22B: 8 experts, top-2, every layer MoE
-        ModelShape(
-            name="mixtral-8x7b",
-            layers=32,
-            hidden=4096,
-            ffn_hidden=14336,
-            heads=32,
-            kv_heads=8,
-            experts=8,
-            top_k=2,
-        ),
-        ModelShape(
-            name="mixtral-8x22b",
-            layers=56,
-            hidden=6144,
-            ffn_hidden=16384,
-            heads=48,
-            kv_heads=8,
-            vocab=32768,
-            experts=8,
-            top_k=2,
-        ),
-        # GPT-3 175B: GeLU MLP (4h), tied embeddings, 2K context (Korthikanti et al.'s model)
-        ModelShape(
-            name="gpt3-175b",
-            layers=96,
-            hidden=12288,
-            ffn_hidden=49152,
-            heads=96,
-            vocab=50257,
-            seq_len=2048,
-            gated_mlp=False,
-            tied_embeddings=True,
-        ),
-    )
-}
-
-
-def get_model(name: str, where: str = "model") -> ModelShape:
-    """A preset by name; unknown names are a UsageError listing the presets."""
-    if not isinstance(name, str) or name not in PRESETS:
-        raise UsageError(f"{where}: unknown model {name!r}; presets: {', '.join(PRESETS)}")
-    return PRESETS[name]
-
-
-def parse_model_arg(text: str) -> ModelShape:
-    """`--model llama-7b`, `--model llama-7b:layers=8,seq_len=2048` or a new shape
-    `--model tiny:layers=4,hidden=256,ffn_hidden=512,heads=8`."""
-    import yaml
-
-    name, colon, rest = text.partition(":")
-    if not colon:
-        return get_model(name, "--model")
-    data: dict[str, Any] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UsageError(f"--model {text!r}: expected KEY=VALUE after ':', got {item!r}")
-        data[key.strip()] = yaml.safe_load(value)
-    if name in PRESETS:
-        data["preset"] = name
-    else:
-        data["name"] = name
-    return ModelShape.from_dict(data, f"--model {text}")
