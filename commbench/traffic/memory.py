@@ -23,9 +23,10 @@ def kv_cache_bytes_per_token(
     model: ModelShape, dtype: str = "bfloat16", tp: int = 1, pp: int = 1
 ) -> float:
     """K and V of every layer for one token: 2 L n_kv d_head x bytes, split over tp (heads)
-    and pp (layers). Llama-7B (MHA) in bf16: 512 KiB per token."""
+    and pp (layers); with MLA the latent and RoPE key, (d_c + d_h^R) L, split over pp only.
+    Llama-7B (MHA) in bf16: 512 KiB per token."""
     size = dtype_size(canonical_dtype(dtype))
-    return 2 * model.layers * model.kv_heads * model.head_dim * size / (tp * pp)
+    return model.layers * model.kv_cache_width(tp) * size / pp
 
 
 def kv_cache_bytes(
@@ -64,7 +65,7 @@ def activation_bytes_per_layer(
     # replicated without SP: 2 layer-norm inputs (4), QKV input (2), MLP input (2), 2 masks (2)
     replicated = 10 * sbh
     # attention: Q, K (for QK^T), V, the output-projection input; 16-bit each
-    attn = 2 * s * b * (model.q_width + 2 * model.kv_width + model.q_width)
+    attn = 2 * s * b * (model.q_width + model.kv_width + model.v_width + model.out_width)
     if moe_layer:
         k, f = model.top_k, model.moe_ffn_hidden
         mlp = k * s * b * (6 if model.gated_mlp else 4) * f + 2 * 2 * k * sbh  # + permuted copies

@@ -24,16 +24,12 @@ class Options(TrafficOptions):
 
 
 def kv_unit_bytes(layout: ParallelLayout, model: ModelShape, options: TrafficOptions) -> int:
-    """K and V of one sequence chunk on one rank: 2 b (s/c) (n_kv/t) d_head x bytes."""
+    """K and V of one sequence chunk on one rank: 2 b (s/c) (n_kv/t) d_head x bytes (K and V
+    heads of their own widths with MLA, whose ring moves the up-projected K and V as
+    Megatron-Core's does)."""
     seq = options.seq(model)
-    return (
-        2
-        * options.micro_batch
-        * (seq // layout.cp)
-        * (model.kv_heads // layout.tp)
-        * model.head_dim
-        * options.elem
-    )
+    width = (model.kv_width + model.v_width) // layout.tp
+    return options.micro_batch * (seq // layout.cp) * width * options.elem
 
 
 def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
