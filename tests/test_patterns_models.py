@@ -200,12 +200,18 @@ def test_activations_split_by_cp_and_pipeline_in_flight():
     assert activation_bytes_per_layer(m, 4096, 1, tp=2, cp=2, sequence_parallel=True) == (
         pytest.approx(one / 2)
     )
-    # 1F1B: the first stage holds min(p, m) micro-batches of its L/p layers
+    # 1F1B: the first stage holds min(p, m) micro-batches of its L/p layers and embedding
+    # (8-byte token ids, a 1-byte dropout mask per element)
+    emb = 8 * 4096 + 4096 * 4096
     assert activation_bytes(m, 4096, tp=2, pp=4, micro_batches=8, sequence_parallel=True) == (
-        pytest.approx(one * 32 / 4 * 4)
+        pytest.approx((one * 32 / 4 + emb / 2) * 4)
     )
     assert activation_bytes(m, 4096, pp=4, micro_batches=2) == pytest.approx(
-        activation_bytes_per_layer(m, 4096) * 8 * 2
+        (activation_bytes_per_layer(m, 4096) * 8 + emb) * 2
+    )
+    # one stage also holds the output layer's input and its fp32 logits
+    assert activation_bytes(m, 4096) == pytest.approx(
+        activation_bytes_per_layer(m, 4096) * 32 + emb + 2 * 4096 * 4096 + 4 * 4096 * 32000
     )
 
 

@@ -74,6 +74,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="ZeRO stages to try: 0, 1,2,3 or all (default: all for train, 0 for infer)",
     )
     w.add_argument(
+        "--distributed-optimizer",
+        action="store_true",
+        help="Megatron's distributed optimizer: fp32 master weights and Adam moments sharded "
+        "over the data-parallel ranks, i.e. --zero-stage 1",
+    )
+    w.add_argument(
         "--sequence-parallel", action="store_true", help="Megatron sequence parallel with TP"
     )
     w.add_argument(
@@ -138,7 +144,7 @@ def request_from_args(args: argparse.Namespace, cal):
         seq_len=args.seq_len,
         global_batch=args.global_batch,
         micro_batch=args.micro_batch,
-        zero_stage=args.zero_stage,
+        zero_stage=distributed_optimizer_stage(args),
         sequence_parallel=args.sequence_parallel,
         mode=args.mode,
         peak_tflops=args.peak_tflops,
@@ -150,6 +156,17 @@ def request_from_args(args: argparse.Namespace, cal):
         extrapolate=args.extrapolate,
         backend=args.backend,
     )
+
+
+def distributed_optimizer_stage(args: argparse.Namespace) -> str | None:
+    """--zero-stage as given, or 1 for --distributed-optimizer (which names that stage)."""
+    from commbench.errors import UsageError
+
+    if not args.distributed_optimizer:
+        return args.zero_stage
+    if args.zero_stage not in (None, "1"):
+        raise UsageError("--distributed-optimizer is --zero-stage 1; give one of the two")
+    return "1"
 
 
 # ---- text output ------------------------------------------------------------------------------

@@ -97,7 +97,8 @@ def activation_bytes(
     recompute: str = "selective",
 ) -> float:
     """Activations held by a rank of the first pipeline stage (the busiest under 1F1B):
-    its layers' activations for min(pp, m) in-flight micro-batches (Megatron's estimate)."""
+    its layers' activations and the embedding's for min(pp, m) in-flight micro-batches, and
+    with one stage the output layer's too (Megatron-LM's theoretical estimate)."""
     layers = model.stage_layers(pp, 0)
     per_mb = sum(
         activation_bytes_per_layer(
@@ -105,7 +106,29 @@ def activation_bytes(
         )
         for i in layers
     )
-    return per_mb * in_flight_micro_batches(pp, micro_batches)
+    per_mb += embedding_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
+    held = per_mb * in_flight_micro_batches(pp, micro_batches)
+    if pp == 1:
+        held += output_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
+    return held
+
+
+def embedding_activation_bytes(
+    model: ModelShape, seq: int, micro_batch: int, tp: int, cp: int, sequence_parallel: bool
+) -> float:
+    """The embedding's input token ids (8 bytes each) and its dropout mask (1 byte per
+    element) for one micro-batch, split over tp with sequence parallel (Megatron-LM)."""
+    sb = seq / cp * micro_batch
+    return (8 * sb + sb * model.hidden) / (tp if sequence_parallel else 1)
+
+
+def output_activation_bytes(
+    model: ModelShape, seq: int, micro_batch: int, tp: int, cp: int, sequence_parallel: bool
+) -> float:
+    """The output layer's 16-bit input (the final norm's output; split over tp with sequence
+    parallel) and the fp32 logits the vocab-parallel cross entropy keeps (split over tp)."""
+    sb = seq / cp * micro_batch
+    return 2 * sb * model.hidden / (tp if sequence_parallel else 1) + 4 * sb * model.vocab / tp
 
 
 @dataclass(frozen=True)
