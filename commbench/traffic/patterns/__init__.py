@@ -17,7 +17,7 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout, parse_order
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
+from commbench.traffic.patterns import collectives, cp, decode, dp, ep, pp, prefill, tp, zero
 from commbench.traffic.patterns.base import (
     Fact,
     Role,
@@ -110,6 +110,9 @@ PATTERNS: dict[str, PatternSpec] = {
         PatternSpec(
             name="collectives", module=collectives, axis=None, role=Role.SWEEP, needs_model=False
         ),
+        # every axis at once; tp is the degree their points are swept by first
+        PatternSpec(name="prefill", module=prefill, axis=Axis.TP, role=Role.PREFILL),
+        PatternSpec(name="decode", module=decode, axis=Axis.TP, role=Role.DECODE),
     )
 }
 
