@@ -101,6 +101,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--mfu", type=positive_float, default=None, help="model FLOPs utilisation (default: 0.4)"
     )
     m.add_argument(
+        "--hbm-gbps",
+        type=positive_float,
+        default=None,
+        metavar="GB/S",
+        help="memory bandwidth per GPU for --mode infer's decode (default: the calibration's "
+        "device, else 3350, H100 SXM)",
+    )
+    m.add_argument(
         "--overlap-dp",
         action="store_true",
         help="overlap gradient traffic with the backward compute (default: none)",
@@ -150,6 +158,7 @@ def request_from_args(args: argparse.Namespace, cal):
         peak_tflops=args.peak_tflops,
         mfu=args.mfu,
         recompute=args.recompute,
+        hbm_gbps=args.hbm_gbps,
         grad_dtype=args.grad_dtype,
         overlap_dp=args.overlap_dp,
         orders=args.orders,
@@ -216,8 +225,61 @@ def header(result, out) -> None:
     )
 
 
+def infer_table(result, top: int, out) -> None:
+    """--mode infer: prefill latency, time per output token and throughput per config."""
+    from commbench.tables import Column, Table
+
+    t = Table(
+        [
+            Column("rank", "", 5),
+            Column("config", "", 22),
+            Column("placement", "(i=intra x=inter)", 24),
+            Column("mem", "(GB)", 6, ".1f"),
+            Column("prefill", "(s)", 8),
+            Column("TPOT", "(ms)", 8),
+            Column("tok/s/GPU", "", 9, ".1f"),
+            Column("HBM", "(ms)", 7),
+            Column("tp", "(ms)", 7),
+            Column("cp", "(ms)", 7),
+            Column("ep", "(ms)", 7),
+            Column("pp", "(ms)", 7),
+            Column("comm", "(%)", 5),
+            Column("flag", "", 6),
+        ],
+        out,
+    )
+    for e in result.ranked[:top]:
+        inf, d = e.inference.as_dict(), e.inference.decode
+        mem_s = inf["decode_memory_s"]
+        t.row(
+            e.rank,
+            e.config.label + ("" if e.config.order == result.ranked[0].config.order else "@"),
+            placement_text(e.placement) or "-",
+            e.memory["total"] / 1e9,
+            _s(inf["prefill_s"]),
+            _s(1e3 * inf["tpot_s"]),
+            inf["tokens_per_s_per_gpu"],
+            "-" if mem_s is None else _s(1e3 * mem_s),
+            *(_s(1e3 * d.in_layer.get(a, 0.0)) for a in ("tp", "cp", "ep")),
+            _s(1e3 * d.pipeline),
+            "-" if d.comm_share is None else f"{100 * d.comm_share:.0f}",
+            ("COMM" if e.comm_bound else "") + ("*" if e.extrapolated else ""),
+        )
+    out.write(
+        "# prefill: one replica's prompts; TPOT: time per output token of every sequence of the "
+        "batch; HBM: the decode step's weight and KV-cache reads; tp/cp/ep/pp: the decode step's "
+        "communication\n"
+    )
+    for line in result.findings:
+        out.write(f"# finding: {line}\n")
+
+
 def table(result, top: int, out) -> None:
     from commbench.tables import Column, Table
+
+    if result.request.mode == "infer":
+        infer_table(result, top, out)
+        return
 
     t = Table(
         [

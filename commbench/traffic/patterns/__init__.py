@@ -36,7 +36,6 @@ __all__ = [
     "PatternSpec",
     "TrafficOptions",
     "build",
-    "forward_only",
     "get",
     "make_options",
     "rebuild",
@@ -193,19 +192,3 @@ def training_step(
         opts.update(options.get(name, {}))
         out[name] = build(name, layout, model, make_options(name, opts, f"options.{name}"))
     return out
-
-
-def forward_only(prog: Program) -> Program:
-    """Inference: the forward steps of a training Program; a 1F1B schedule keeps its forward
-    messages (even tags, patterns.pp.tag) and compute, so it becomes a forward pipeline."""
-    steps = []
-    for st in prog.steps:
-        if st.schedule is not None:
-            sched = tuple(
-                tuple(a for a in acts if a.kind == "compute" or a.tag % 2 == pp.FWD)
-                for acts in st.schedule
-            )
-            steps.append(st.with_(schedule=sched, phase="forward", label=st.label + " forward"))
-        elif st.phase == "forward":
-            steps.append(st)
-    return Program(prog.pattern, tuple(steps), prog.meta)
