@@ -112,3 +112,23 @@ def test_inference_roles_options_and_errors():
         patterns.build("prefill", ParallelLayout(3, tp=3), L405, {})
     with pytest.raises(UsageError, match="ep=4 needs an MoE model"):
         patterns.build("decode", ParallelLayout(8, tp=2, ep=4), L405, {})
+
+
+def test_training_ep_dispatches_fp8_and_returns_gradients_in_bf16():
+    """DeepSeek-V3's FP8 dispatch in the training pattern: the forward dispatch carries FP8
+    tokens, the combine and both backward all-to-alls the activation dtype."""
+    lay = ParallelLayout(8, ep=8)
+    prog = patterns.build("ep", lay, DSV3, {"seq_len": 512, "dispatch": "fp8"})
+    sent = {s.label: np.array(s.split).sum() for s in prog.steps}
+    assert sent["dispatch"] * 14336 == sent["combine"] * 7392
+    assert sent["combine grad"] == sent["dispatch grad"] == sent["combine"]
+
+
+def test_shared_experts_hold_activations_beside_the_routed_copies():
+    from commbench.traffic.memory import activation_bytes_per_layer
+
+    base = activation_bytes_per_layer(DSV3, 4096, moe_layer=True)
+    one = DSV3.__class__(**{**DSV3.to_dict(), "shared_experts": 2})
+    assert activation_bytes_per_layer(one, 4096, moe_layer=True) - base == pytest.approx(
+        4096 * 6 * 2048
+    )

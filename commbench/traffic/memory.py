@@ -53,8 +53,9 @@ def activation_bytes_per_layer(
     replicated: layer-norm inputs, the QKV and MLP inputs, dropout masks) unless sequence
     parallel shards them too; selective recompute drops the 5 a s^2 b attention-score
     terms; full recompute keeps only the layer input 2 s b h. The 34 is generalised to the
-    shape: Q/K/V/output widths (GQA), MLP width (GeLU: 4 s b f, SwiGLU: 6 s b f) and, in an
-    MoE layer, top-k routed copies of the tokens. Context parallel divides s by cp.
+    shape: Q/K/V/output widths (GQA, MLA), MLP width (GeLU: 4 s b f, SwiGLU: 6 s b f) and, in
+    an MoE layer, top-k routed copies of the tokens beside the shared experts' own. Context
+    parallel divides s by cp.
     """
     if recompute not in RECOMPUTE:
         raise UsageError(f"recompute {recompute!r}: choose from {', '.join(RECOMPUTE)}")
@@ -66,9 +67,10 @@ def activation_bytes_per_layer(
     replicated = 10 * sbh
     # attention: Q, K (for QK^T), V, the output-projection input; 16-bit each
     attn = 2 * s * b * (model.q_width + model.kv_width + model.v_width + model.out_width)
-    if moe_layer:
+    if moe_layer:  # top-k routed copies (+ their permuted inputs) and the shared experts
         k, f = model.top_k, model.moe_ffn_hidden
-        mlp = k * s * b * (6 if model.gated_mlp else 4) * f + 2 * 2 * k * sbh  # + permuted copies
+        per_mlp = s * b * (6 if model.gated_mlp else 4) * f
+        mlp = (k + model.shared_experts) * per_mlp + 2 * 2 * k * sbh
     else:
         mlp = s * b * (6 if model.gated_mlp else 4) * model.ffn_hidden
     # attention scores: softmax output (2), dropout mask (1), dropout output (2) per head;
