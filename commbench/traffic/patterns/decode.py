@@ -1,5 +1,5 @@
-"""Inference decode: one output token for every sequence of the batch, where the batch size
-b is the axis that matters. Per layer 2 TP all-reduces of only b h; EP's all-to-all moves b k
+"""Inference decode, one output token for every sequence of the batch (the batch size b is
+the axis that matters): per layer 2 TP all-reduces of only b h; EP's all-to-all moves b k
 token copies (latency-bound at small b unless requests are merged); PP sends b h per token
 and stage; CP keeps the context's KV cache split and exchanges each rank's partial attention
 output and log-sum-exp for the new token, an all-gather of c b (n/t)(d_v + 1) fp32 values

@@ -1,5 +1,5 @@
-"""Inference prefill: one forward pass over the prompts, compute-dense, the part TP and CP
-speed up. Per layer 2 TP all-reduces of b (s/c) h, CP's ring passes the prompt's K/V blocks
+"""Inference prefill, one forward pass over the prompts (compute-dense; TP and CP speed it
+up): per layer 2 TP all-reduces of b (s/c) h, CP's ring passes the prompt's K/V blocks
 (c-1 sends, Liu et al. 2023), EP dispatches and combines the prompt's top-k token copies,
 and PP sends each micro-batch's b (s/c) h activation on to the next stage.
 """
