@@ -128,5 +128,10 @@ def test_plan_infer_cli_table_json_and_plan_file(tmp_path):
     back = PlanFile.from_json(doc, str(out))
     assert back.findings == doc["findings"] and back.configs[0].inference == first
     job = run_single("plan", "--model", "mixtral-8x7b", "--gpus", "8", "--mode", "infer",
+                     "--explain", "tp2-ep4")  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "# inference at batch" in job.stdout and "compute bound by HBM reads" in job.stdout
+    assert "## prefill" in job.stdout and "## decode" in job.stdout
+    job = run_single("plan", "--model", "mixtral-8x7b", "--gpus", "8", "--mode", "infer",
                      "--hbm-gbps", "0")  # fmt: skip
     assert job.returncode == 2 and "--hbm-gbps" in job.stderr

@@ -169,6 +169,27 @@ def rejected_lines(result, out) -> None:
         out.write(f"  {c.config.full_label:<36} {c.stage:<8} {'; '.join(c.reasons)}\n")
 
 
+def inference_lines(ev, w) -> None:
+    """--explain in inference: prefill latency, TPOT and throughput, and what bounds decode."""
+    inf = ev.inference.as_dict()
+    d = ev.inference.decode
+    comm = {a: v for a, v in {**d.in_layer, "pp": d.pipeline}.items() if v}
+    w(
+        f"# inference at batch {inf['batch']}: prefill {_s(inf['prefill_s'])} s, TPOT "
+        f"{_s(1e3 * inf['tpot_s'])} ms, {inf['tokens_per_s']:.4g} tokens/s "
+        f"({inf['tokens_per_s_per_gpu']:.4g} per GPU)\n"
+    )
+    if inf["decode_memory_s"] is not None:
+        bound = "HBM reads" if inf["decode_memory_s"] >= inf["decode_flops_s"] else "FLOPs"
+        w(
+            f"# decode pass: weights + KV-cache reads {_s(1e3 * inf['decode_memory_s'])} ms, "
+            f"FLOPs {_s(1e3 * inf['decode_flops_s'])} ms (compute bound by {bound}); "
+            "communication "
+            + (", ".join(f"{a} {_s(1e3 * v)} ms" for a, v in comm.items()) or "none")
+            + "\n"
+        )
+
+
 def explain_text(ev, req, cal, out) -> None:
     from commbench.sizes import format_size
     from commbench.traffic import patterns
@@ -199,8 +220,10 @@ def explain_text(ev, req, cal, out) -> None:
         + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in ev.memory.items())
         + "\n"
     )
+    if ev.inference is not None:
+        inference_lines(ev, w)
     w(
-        "# time per step (s): "
+        ("# decode pass (s): " if ev.inference is not None else "# time per step (s): ")
         + ", ".join(f"{k} {_s(v)}" for k, v in {**ev.times, "step": ev.step_s}.items())
         + (
             ""
