@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.calibration.pricing import ProgramEstimate
 from commbench.dtypes import dtype_size
+from commbench.ops import OPS
 from commbench.plan.request import PlanRequest, flops_per_token
 from commbench.plan.search import Config
 from commbench.plan.step_time import RoleTimes, StepTime, step_time
@@ -140,7 +141,7 @@ def pass_roles(est: ProgramEstimate) -> RoleTimes:
     in_layer: dict[str, float] = {}
     pipeline = None
     for s in est.steps:
-        if s.op == "p2p_schedule":
+        if OPS[s.op].scheduled:
             pipeline = s
         else:
             in_layer[s.axis] = in_layer.get(s.axis, 0.0) + (s.comm_s or 0.0)

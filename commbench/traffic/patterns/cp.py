@@ -32,6 +32,15 @@ def kv_unit_bytes(layout: ParallelLayout, model: ModelShape, options: TrafficOpt
     return options.micro_batch * (seq // layout.cp) * width * options.elem
 
 
+def ring_forward(unit: int, c: int, passes: float, dtype: str) -> Step:
+    """The forward ring of `passes` layer passes: c-1 K/V send/recv steps each (the per-layer
+    part training and prefill share)."""
+    return Step(
+        op="sendrecv", nbytes=unit, axis=AXIS, repeat=(c - 1) * passes, phase="forward",
+        dtype=dtype, label="K,V ring step",
+    )  # fmt: skip
+
+
 def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
     """Ring K/V exchange of every layer of the busiest stage, every micro-batch."""
     check(layout, model, options.seq(model))
@@ -43,15 +52,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         return Program(NAME, (), meta)
     dt = options.dtype
     steps = [
-        Step(
-            op="sendrecv",
-            nbytes=unit,
-            axis=AXIS,
-            repeat=(c - 1) * n,
-            phase="forward",
-            dtype=dt,
-            label="K,V ring step",
-        ),
+        ring_forward(unit, c, n, dt),
         Step(
             op="sendrecv",
             nbytes=unit,

@@ -40,7 +40,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
                 repeat=layers * options.micro_batches,
                 dtype="float32",
                 label="partial attention + LSE",
-            )  # fmt: skip
+            )
         )
     meta = {"batch": b * options.micro_batches, "context": options.seq(model)}
     return forward_pass(NAME, layout, model, options, b, steps, meta)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import ep, pp
+from commbench.traffic.patterns import ep, pp, tp
 from commbench.traffic.program import Program, Step
 
 
@@ -61,16 +61,7 @@ def forward_pass(
     S = tokens * model.hidden * options.elem
     steps: list[Step] = []
     if layout.tp > 1:
-        steps.append(
-            Step(
-                op="allreduce",
-                nbytes=S,
-                axis=Axis.TP,
-                repeat=2 * layers * m,
-                dtype=dt,
-                label="attn/mlp row-parallel output",
-            )  # fmt: skip
-        )
+        steps.append(tp.layer_allreduce(S, layers * m, dt))
     steps += cp_steps
     ep_meta: dict = {}
     if model.is_moe and layout.ep > 1 and moe_layers:
@@ -89,7 +80,7 @@ def forward_pass(
                 schedule=sched,
                 ring=False,
                 label=f"forward pipeline p={layout.pp} m={m}",
-            )  # fmt: skip
+            )
         )
     meta = {
         **meta,

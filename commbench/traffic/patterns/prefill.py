@@ -6,12 +6,12 @@ and PP sends each micro-batch's b (s/c) h activation on to the next stage.
 
 from __future__ import annotations
 
-from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns import cp
 from commbench.traffic.patterns.base import check
 from commbench.traffic.patterns.infer import Options, forward_pass, stage_layers
-from commbench.traffic.program import Program, Step
+from commbench.traffic.program import Program
 
 NAME = "prefill"
 __all__ = ["NAME", "Options", "build"]
@@ -27,14 +27,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     unit = cp.kv_unit_bytes(layout, model, options)
     if layout.cp > 1:
         steps.append(
-            Step(
-                op="sendrecv",
-                nbytes=unit,
-                axis=Axis.CP,
-                repeat=(layout.cp - 1) * layers * options.micro_batches,
-                dtype=options.dtype,
-                label="K,V ring step",
-            )  # fmt: skip
+            cp.ring_forward(unit, layout.cp, layers * options.micro_batches, options.dtype)
         )
     meta = {
         "prompt_tokens": options.micro_batch * seq * options.micro_batches,
