@@ -3,9 +3,11 @@ reference calibration, over every config, and time it.
 
     python bench/bench_plan.py                  # the default search and the wide one
     python bench/bench_plan.py --gpus 4096 --repeat 3
+    python bench/bench_plan.py --model deepseek-v3 --gpus 64 --search infer
 
-Two searches: "default" = the CLI defaults (Megatron rank order, micro-batch 1, ZeRO 0-3);
-"wide" = also micro-batch 1, 2, 4, sequence parallel on, every distinct rank order. Each is run
+Three searches: "default" = the CLI defaults (Megatron rank order, micro-batch 1, ZeRO 0-3);
+"wide" = also micro-batch 1, 2, 4, sequence parallel on, every distinct rank order; "infer" =
+--mode infer (prefill and decode; an MoE model's routing is sampled per config). Each is run
 `--repeat` times, each time a fresh plan() (its own Planner: no caches survive between repeats);
 the best and median wall times are printed with the number of candidates enumerated, valid,
 fitting in memory and ranked (placements priced).
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from commbench import calibration, plan  # noqa: E402
 from commbench.calibration import reference
-from commbench.traffic.model import get_model  # noqa: E402
+from commbench.traffic.presets import get_model  # noqa: E402
 
 SEARCHES = {
     "default": {"zero_stages": (0, 1, 2, 3)},
@@ -33,6 +35,7 @@ SEARCHES = {
         "sequence_parallel": True,
         "orders": "all",
     },
+    "infer": {"mode": "infer"},  # prefill and decode Programs, ranked by time per output token
 }
 
 
@@ -69,7 +72,8 @@ def main() -> int:
             f"{name:>8}: best {min(times):.2f} s, median {statistics.median(times):.2f} s | "
             f"{c['candidates']} candidates, {c['valid']} valid, {c['fit_memory']} fit, "
             f"{c['ranked']} ranked (placements priced) | top: {best.config.full_label} "
-            f"step {best.step_s:.3f} s, comm {100 * best.comm_share:.0f}%"
+            f"{'TPOT' if name == 'infer' else 'step'} {best.step_s:.3f} s, comm "
+            f"{100 * best.comm_share:.0f}%"
         )
     return 0
 

@@ -131,6 +131,9 @@ GOOD_OPTIONS = {
     "compute_ms": [0.0, 0.5],
     "capacity_factor": [None, 1.0, 1.25],
     "top_k": [None, 1, 2],
+    "dispatch": ["bf16", "fp8"],
+    "groups": [1, 2],
+    "group_limit": [None, 1],
 }
 BY_TYPE = {bool: [True, False], int: [0, 1, 2, 3], float: [0.5, 1.0, 2.0]}
 

@@ -10,9 +10,10 @@ from commbench.errors import UsageError
 from commbench.ops import bus_factor
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout, host_map
-from commbench.traffic.model import ModelShape, get_model
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
 from commbench.traffic.patterns.base import buckets, resolve_axis
+from commbench.traffic.presets import get_model
 
 MiB = 1 << 20
 L7 = get_model("llama-7b")

@@ -15,8 +15,8 @@ from commbench.results.rundir import read_run
 from commbench.traffic import patterns
 from commbench.traffic.execution import fit_budget, plan
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.model import get_model
 from commbench.traffic.points import expand
+from commbench.traffic.presets import get_model
 from commbench.traffic.program import Step
 from commbench.traffic.suitefile import (
     Overrides,
@@ -28,7 +28,7 @@ from commbench.traffic.suitefile import (
 
 from conftest import REPO, job_env, needs_torch, run_mpi, run_single
 
-BUILT_IN = ["all", "collectives", "cp", "dp", "ep", "pp", "smoke", "tp", "zero"]
+BUILT_IN = ["all", "collectives", "cp", "dp", "ep", "infer", "pp", "smoke", "tp", "zero"]
 
 
 def write(tmp_path, text: str, name="s.yaml"):
@@ -87,6 +87,11 @@ def test_all_is_every_strategy_suite():
         "cp",
         "ep",
         "ep",
+        "prefill",
+        "prefill",
+        "decode",
+        "decode",
+        "decode",
         "collectives",
     ]
 
@@ -366,6 +371,28 @@ def test_smoke_suite_mpi(tmp_path):
     assert {p["pattern"] for p in points} == set(patterns.PATTERNS)
     ep_pts = [p for p in points if p["pattern"] == "ep"]
     assert all("imbalance" in p["meta"] for p in ep_pts)
+
+
+@pytest.mark.mpi
+def test_infer_suite_quick_on_8_ranks(tmp_path):
+    """Prefill and decode of Llama 3 and DeepSeek-V3 (FP8 dispatch, node-limited routing)
+    under mpirun on 8 ranks, every point checked exactly; decode's TP all-reduce grows with
+    the batch."""
+    job = run_mpi(
+        8, "suite", "infer", "--quick", "--backend", "mpi", "--results", str(tmp_path),
+        "--run-id", "i", timeout=240,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of 9" in job.stdout
+    run, steps, points = check_records(tmp_path / "i", "mpi", 8)
+    assert {p["pattern"] for p in points} == {"prefill", "decode"}
+    assert {s["op"] for s in steps} == {"allreduce", "alltoallv", "allgather", "p2p_schedule"}
+    tp_bytes = {
+        p["options"]["micro_batch"]: p["steps"][0]["bytes"]
+        for p in points
+        if p["pattern"] == "decode" and p["config"]["tp"] == 8
+    }
+    assert tp_bytes == {1: 4096 * 2, 16: 16 * 4096 * 2}
 
 
 @pytest.mark.mpi

@@ -25,7 +25,7 @@ from commbench.plan import (
     plan,
 )
 from commbench.results.planfile import PlanFile
-from commbench.traffic import model as models
+from commbench.traffic import presets as models
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.memory import kv_cache_bytes_per_token
 from commbench.traffic.patterns import pp as pp_pattern

@@ -19,8 +19,8 @@ from commbench.report.timeline import replay, timeline
 from commbench.tables import Column, TableSpec
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.model import get_model
 from commbench.traffic.patterns import pp
+from commbench.traffic.presets import get_model
 
 
 def point_record(pattern: str, layout: ParallelLayout, model: str, options: dict) -> dict:

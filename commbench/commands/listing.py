@@ -41,7 +41,7 @@ def patterns_() -> list[str]:
 
 def models() -> list[str]:
     from commbench.traffic.memory import kv_cache_bytes_per_token
-    from commbench.traffic.model import PRESETS
+    from commbench.traffic.presets import PRESETS
 
     lines = [
         "# model presets (params derived from the shape; --model NAME[:key=value,...])",

@@ -74,6 +74,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="ZeRO stages to try: 0, 1,2,3 or all (default: all for train, 0 for infer)",
     )
     w.add_argument(
+        "--distributed-optimizer",
+        action="store_true",
+        help="Megatron's distributed optimizer: fp32 master weights and Adam moments sharded "
+        "over the data-parallel ranks, i.e. --zero-stage 1",
+    )
+    w.add_argument(
         "--sequence-parallel", action="store_true", help="Megatron sequence parallel with TP"
     )
     w.add_argument(
@@ -93,6 +99,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     m.add_argument(
         "--mfu", type=positive_float, default=None, help="model FLOPs utilisation (default: 0.4)"
+    )
+    m.add_argument(
+        "--hbm-gbps",
+        type=positive_float,
+        default=None,
+        metavar="GB/S",
+        help="memory bandwidth per GPU for --mode infer's decode (default: the calibration's "
+        "device, else 3350, H100 SXM)",
     )
     m.add_argument(
         "--overlap-dp",
@@ -138,12 +152,13 @@ def request_from_args(args: argparse.Namespace, cal):
         seq_len=args.seq_len,
         global_batch=args.global_batch,
         micro_batch=args.micro_batch,
-        zero_stage=args.zero_stage,
+        zero_stage=distributed_optimizer_stage(args),
         sequence_parallel=args.sequence_parallel,
         mode=args.mode,
         peak_tflops=args.peak_tflops,
         mfu=args.mfu,
         recompute=args.recompute,
+        hbm_gbps=args.hbm_gbps,
         grad_dtype=args.grad_dtype,
         overlap_dp=args.overlap_dp,
         orders=args.orders,
@@ -152,189 +167,20 @@ def request_from_args(args: argparse.Namespace, cal):
     )
 
 
-# ---- text output ------------------------------------------------------------------------------
-def _s(v) -> str:
-    return "-" if v is None else f"{v:.4g}"
+def distributed_optimizer_stage(args: argparse.Namespace) -> str | None:
+    """--zero-stage as given, or 1 for --distributed-optimizer (which names that stage)."""
+    from commbench.errors import UsageError
 
-
-def placement_text(place: dict) -> str:
-    """`tp8:i pp4:x`: group size and i(ntra)/x (inter) per axis."""
-    return " ".join(
-        f"{a}{d['size']}:{'i' if d['link_class'] == 'intra' else 'x'}"
-        for a, d in place.items()
-        if a in ("tp", "cp", "ep", "pp", "dp", "dp-cp", "edp") and d["size"] > 1
-    )
-
-
-def header(result, out) -> None:
-
-    req, cal = result.request, result.calibration
-    pc = req.model.param_counts()
-    w = out.write
-    w(
-        f"# commbench plan: {req.model.name} ({pc.total / 1e9:.2f}B params, {pc.active / 1e9:.2f}B "
-        f"active) on {req.gpus} GPUs ({req.num_nodes} node(s) x {min(req.gpus, req.gpus_per_node)}"
-        f"), {req.mode}\n"
-    )
-    kind = (
-        "REFERENCE (published H100 + 400 Gb/s IB numbers; not a measurement of your cluster)"
-        if cal.kind == "reference"
-        else "measured"
-    )
-    w(f"# calibration: {cal.source} [{kind}]\n")
-    w(
-        f"# workload: seq {req.seq}, global batch {req.batch} seqs ({req.batch * req.seq:,} "
-        f"tokens), micro-batch {','.join(map(str, req.micro_batch_sizes))}, ZeRO "
-        f"{','.join(map(str, req.zero_stages))}, SP {'on' if req.sequence_parallel else 'off'}, "
-        f"recompute {req.recompute}, {req.gpu_memory_gb:g} GB per GPU\n"
-    )
-    for a in result.assumptions:
-        w(f"# assumption: {a}\n")
-    c = result.counts
-    w(
-        f"# {c['candidates']} candidate(s): {c['valid']} valid, {c['fit_memory']} fit in memory, "
-        f"{c['ranked']} ranked, {c['rejected']} rejected"
-        + ("" if c["rejected"] == 0 else " (--show-rejected says why)")
-        + "\n"
-    )
-
-
-def table(result, top: int, out) -> None:
-    from commbench.tables import Column, Table
-
-    t = Table(
-        [
-            Column("rank", "", 5),
-            Column("config", "", 22),
-            Column("b", "", 2),
-            Column("m", "", 5),
-            Column("z", "", 1),
-            Column("placement", "(i=intra x=inter)", 24),
-            Column("mem", "(GB)", 6, ".1f"),
-            Column("compute", "(s)", 8),
-            Column("bubble", "(s)", 8),
-            Column("tp", "(s)", 8),
-            Column("cp", "(s)", 8),
-            Column("ep", "(s)", 8),
-            Column("pp", "(s)", 8),
-            Column("dp", "(s)", 8),
-            Column("step", "(s)", 8),
-            Column("comm", "(%)", 5),
-            Column("flag", "", 6),
-        ],
-        out,
-    )
-    for e in result.ranked[:top]:
-        c, ti = e.config, e.times
-        flags = ("COMM" if e.comm_bound else "") + ("*" if e.extrapolated else "")
-        t.row(
-            e.rank,
-            c.label + ("" if c.order == result.ranked[0].config.order else "@"),
-            c.micro_batch,
-            c.micro_batches,
-            c.zero_stage,
-            placement_text(e.placement) or "-",
-            e.memory["total"] / 1e9,
-            _s(ti["compute"]),
-            _s(ti["bubble"]),
-            _s(ti["tp"]),
-            _s(ti["cp"]),
-            _s(ti["ep"]),
-            _s(ti["pp"]),
-            _s(ti["dp_exposed"]),
-            _s(e.step_s),
-            "-" if e.comm_share is None else f"{100 * e.comm_share:.0f}",
-            flags,
-        )
-    out.write(
-        "# times per step per GPU: tp/cp/ep/pp/dp = predicted communication (pp: messages on "
-        "the 1F1B critical path; dp: exposed gradient traffic); bubble = idle pipeline time\n"
-    )
-    out.write(
-        "# flag COMM: communication > 30% of the step; *: a prediction extrapolated beyond the "
-        "calibration; @: not the Megatron rank order (see --json for the order)\n"
-    )
-    notes = sorted({n for e in result.ranked[:top] for n in e.notes})
-    for n in notes:
-        out.write(f"# note: {n}\n")
-
-
-def rejected_lines(result, out) -> None:
-    out.write(f"# rejected ({len(result.rejected)}):\n")
-    for c in result.rejected:
-        out.write(f"  {c.config.full_label:<36} {c.stage:<8} {'; '.join(c.reasons)}\n")
-
-
-def explain_text(ev, req, cal, out) -> None:
-    from commbench.sizes import format_size
-    from commbench.traffic import patterns
-    from commbench.traffic.patterns import Role
-
-    w = out.write
-    c = ev.config
-    w(
-        f"# commbench plan --explain: {c.full_label} for {req.model.name} on {req.gpus} GPUs "
-        f"({req.num_nodes} node(s)); calibration {cal.source} [{cal.kind}]\n"
-    )
-    if not ev.fits:
-        w(
-            f"# NOTE: does not fit in {req.gpu_memory_gb:g} GB per GPU "
-            f"(needs {ev.memory['total'] / 1e9:.1f} GB)\n"
-        )
-    w(
-        "# placement: "
-        + ", ".join(
-            f"{a} size {d['size']} {d['link_class']} ({d['hosts_spanned']} host(s), stride "
-            f"{d['stride']})"
-            for a, d in ev.placement.items()
-        )
-        + "\n"
-    )
-    w(
-        "# memory per GPU (GB): "
-        + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in ev.memory.items())
-        + "\n"
-    )
-    w(
-        "# time per step (s): "
-        + ", ".join(f"{k} {_s(v)}" for k, v in {**ev.times, "step": ev.step_s}.items())
-        + (
-            ""
-            if ev.comm_share is None
-            else f"; communication {100 * ev.comm_share:.1f}% of the step"
-            + (" (communication-bound)" if ev.comm_bound else "")
-        )
-        + "\n"
-    )
-    for name, est in ev.estimates.items():
-        w(
-            f"\n## {name}: {len(est.steps)} step(s), {_s(est.total_s)} s"
-            + (
-                f" (1F1B makespan with compute; messages on the critical path {_s(est.comm_s)} s)"
-                if patterns.get(name).role is Role.PIPELINE
-                else ""
-            )
-            + "\n"
-        )
-        w(
-            f"#   {'#':>3} {'phase':<16} {'op':<14} {'axis':<6} {'group':>5} {'link':<5} "
-            f"{'bytes':>10} {'repeat':>8} {'per op (us)':>12} {'total (s)':>10} "
-            f"{'comm (s)':>10}  method\n"
-        )
-        for s in est.steps:
-            per = "-" if s.per_op_s is None else f"{s.per_op_s * 1e6:.2f}"
-            w(
-                f"    {s.index:>3} {s.phase:<16} {s.op:<14} {s.axis:<6} {s.group_size:>5} "
-                f"{s.link_class:<5} {format_size(s.nbytes):>10} {s.repeat:>8g} {per:>12} "
-                f"{_s(s.total_s):>10} {_s(s.comm_s):>10}  {s.error or s.method}"
-                + (" [extrapolated]" if s.extrapolated else "")
-                + (f" ({'; '.join(s.notes)})" if s.notes else "")
-                + "\n"
-            )
+    if not args.distributed_optimizer:
+        return args.zero_stage
+    if args.zero_stage not in (None, "1"):
+        raise UsageError("--distributed-optimizer is --zero-stage 1; give one of the two")
+    return "1"
 
 
 def main(args: argparse.Namespace) -> int:
     from commbench import plan
+    from commbench.commands.plan_text import explain_text, header, rejected_lines, table
     from commbench.results.rundir import write_json_output
 
     cal = plan.load_calibration(args.calibration)

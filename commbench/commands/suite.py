@@ -91,8 +91,8 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     """The suite, its points on `world` ranks, and the per-rank byte budget."""
     from commbench.sizes import parse_size
     from commbench.traffic.layout import parse_order
-    from commbench.traffic.model import parse_model_arg
     from commbench.traffic.points import expand
+    from commbench.traffic.presets import parse_model_arg
     from commbench.traffic.suitefile import (
         Overrides,
         apply_overrides,

@@ -10,6 +10,7 @@ from typing import Any
 from commbench.calibration import Calibration
 from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
+from commbench.plan import inference
 from commbench.plan.gpu_memory import memory
 from commbench.plan.request import GB, PlanRequest, compute_seconds, gb
 from commbench.plan.result import Evaluation, PlanResult, assumptions
@@ -54,17 +55,9 @@ class Planner:
 
     def pp_options(self, cfg: Config, micro_batches: int) -> dict[str, Any]:
         """The pipeline pattern's options: forward compute per micro-batch from the compute
-        model (backward twice that; none in inference), `micro_batches` of them."""
-        fwd_s = 0.0
-        if self.compute_s is not None:
-            per_mb = self.compute_s / cfg.micro_batches
-            fwd_s = per_mb / 3.0 if self.req.mode == "train" else per_mb
-        backward = 2.0 if self.req.mode == "train" else 0.0  # inference: forward passes only
-        return {
-            "compute_ms": fwd_s * 1e3,
-            "backward_factor": backward,
-            "micro_batches": micro_batches,
-        }
+        model (backward twice that), `micro_batches` of them."""
+        fwd_s = 0.0 if self.compute_s is None else self.compute_s / cfg.micro_batches / 3.0
+        return {"compute_ms": fwd_s * 1e3, "backward_factor": 2.0, "micro_batches": micro_batches}
 
     def pp_simulated(self, cfg: Config) -> int:
         """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
@@ -75,8 +68,9 @@ class Planner:
         return p + m % p
 
     def programs(self, cfg: Config) -> dict[str, Program]:
-        """patterns.training_step of the config (cached: rank orders share Programs); the
-        pipeline Program may hold fewer micro-batches than the step (pp_simulated)."""
+        """patterns.training_step of the config, or in inference its prefill and decode
+        (cached: rank orders share Programs); the training pipeline Program may hold fewer
+        micro-batches than the step (pp_simulated)."""
         m_sim = self.pp_simulated(cfg)
         key = (cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch, cfg.micro_batches,
                cfg.zero_stage, m_sim)  # fmt: skip
@@ -85,16 +79,13 @@ class Planner:
             return hit
         req = self.req
         layout = ParallelLayout(req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp)
-        options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
-        progs = patterns.training_step(
-            layout, req.model, self.workload(cfg), cfg.zero_stage, options
-        )
-        if req.mode == "infer":  # a forward pass has no gradients
-            progs = {
-                k: patterns.forward_only(v)
-                for k, v in progs.items()
-                if patterns.get(k).role is not Role.GRADIENT
-            }
+        if req.mode == "infer":
+            progs = inference.programs(req, cfg, layout)
+        else:
+            options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
+            progs = patterns.training_step(
+                layout, req.model, self.workload(cfg), cfg.zero_stage, options
+            )
         # one object per distinct Program (ZeRO stages share the others), so estimates cached
         # by Program identity are reused across stages and rank orders
         progs = {name: self._shared(name, cfg, m_sim, prog) for name, prog in progs.items()}
@@ -122,9 +113,7 @@ class Planner:
                 if k in ("seq_len", "micro_batch", "sequence_parallel")
             }
             opts.update(self.pp_options(cfg, micro_batches))
-            prog = patterns.build(name, layout, self.req.model, opts)
-            hit = patterns.forward_only(prog) if self.req.mode == "infer" else prog
-            self._programs[key] = hit
+            hit = self._programs[key] = patterns.build(name, layout, self.req.model, opts)
         return hit
 
     def pipeline(
@@ -218,13 +207,18 @@ class Planner:
         axes = [a for a in ("tp", "cp", "ep", "dp", "pp") if getattr(cfg, a) > 1]
         for est in estimates.values():
             axes += [s.axis for s in est.steps if s.axis not in axes]
-        time = step_time(
-            RoleTimes.of(estimates),
-            compute_s=self.compute_s,
-            pp=cfg.pp,
-            micro_batches=cfg.micro_batches,
-            overlap_dp=req.overlap_dp,
-        )
+        infer = None
+        if req.mode == "infer" and not any(e.error for e in estimates.values()):
+            infer = inference.inference_times(req, cfg, estimates)
+            time = infer.decode
+        else:
+            time = step_time(
+                RoleTimes.of(estimates),
+                compute_s=self.compute_s,
+                pp=cfg.pp,
+                micro_batches=cfg.micro_batches,
+                overlap_dp=req.overlap_dp,
+            )
         return Evaluation(
             config=cfg,
             placement=self.placement(layout, axes),
@@ -234,6 +228,7 @@ class Planner:
             estimates=estimates,
             fits=mem["total"] <= req.gpu_memory_gb * GB,
             notes=sorted({n for est in estimates.values() for s in est.steps for n in s.notes}),
+            inference=infer,
         )
 
     def errors(self, ev: Evaluation) -> list[str]:
@@ -323,6 +318,12 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
         "rejected": len(rejected),
         "unpriced": sum(c.stage == "unpriced" for c in rejected),
     }
+    best = ranked[0].config
+
+    def at_batch(k: int) -> Evaluation:
+        more = replace(req, global_batch=req.batch * k)
+        return Planner(more, cal).evaluate(replace(best, micro_batches=best.micro_batches * k))
+
     return PlanResult(
         request=req,
         calibration=cal,
@@ -330,6 +331,7 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
         rejected=rejected,
         assumptions=assumptions(req, cal),
         counts=counts,
+        findings=inference.findings(req, ranked, at_batch) if req.mode == "infer" else [],
     )
 
 

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.traffic.layout import host_map
-from commbench.traffic.model import ModelShape, parse_model_arg
+from commbench.traffic.model import ModelShape
+from commbench.traffic.presets import parse_model_arg
 
 if TYPE_CHECKING:
     from commbench.calibration import Calibration
 
 GB = 1e9
+DEFAULT_HBM_GBPS = 3350.0  # H100 SXM HBM3, 3.35 TB/s (NVIDIA H100 datasheet): decode's roofline
 DEFAULT_MFU = 0.40  # Llama 3 (Dubey et al. 2024, Table 4): 38-43% BF16 MFU on 8K-16K H100s
 DEFAULT_TOKENS = {"train": 1 << 22, "infer": 1 << 18}  # 4M tokens: Llama 2's global batch
 MODES = ("train", "infer")
@@ -43,6 +45,7 @@ class PlanRequest:
     mode: str = "train"
     peak_tflops: float | None = None  # None: no compute model (communication only)
     mfu: float = DEFAULT_MFU
+    hbm_gbps: float = DEFAULT_HBM_GBPS  # memory bandwidth per GPU, GB/s (inference decode)
     recompute: str = "selective"
     grad_dtype: str = "float32"
     overlap_dp: bool = False
@@ -64,6 +67,8 @@ class PlanRequest:
             raise UsageError(f"--orders {self.orders!r}: choose megatron or all")
         if not self.gpu_memory_gb > 0:
             raise UsageError("--gpu-memory must be positive (GB)")
+        if not self.hbm_gbps > 0:
+            raise UsageError("--hbm-gbps must be positive")
         if not 0 < self.mfu <= 1:
             raise UsageError(f"--mfu {self.mfu} must be in (0, 1]")
         if self.peak_tflops is not None and not self.peak_tflops > 0:
@@ -125,6 +130,7 @@ class PlanRequest:
             "mode": self.mode,
             "peak_tflops": self.peak_tflops,
             "mfu": self.mfu,
+            "hbm_gbps": self.hbm_gbps,
             "recompute": self.recompute,
             "grad_dtype": self.grad_dtype,
             "overlap_dp": self.overlap_dp,
@@ -175,6 +181,7 @@ def request_from_flags(
     peak_tflops: float | None,
     mfu: float | None,
     recompute: str,
+    hbm_gbps: float | None = None,
     grad_dtype: str,
     overlap_dp: bool,
     orders: str,
@@ -211,6 +218,7 @@ def request_from_flags(
         mode=mode,
         peak_tflops=peak_tflops or device.get("peak_bf16_tflops"),
         mfu=mfu or DEFAULT_MFU,
+        hbm_gbps=hbm_gbps or float(device.get("hbm_gbps", DEFAULT_HBM_GBPS)),
         recompute=recompute,
         grad_dtype=canonical_dtype(grad_dtype),
         overlap_dp=overlap_dp,

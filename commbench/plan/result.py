@@ -9,6 +9,7 @@ from typing import Any
 
 from commbench.calibration import Calibration
 from commbench.calibration.pricing import ProgramEstimate
+from commbench.plan.inference import InferenceTimes
 from commbench.plan.request import PlanRequest, gb
 from commbench.plan.search import Candidate, Config
 from commbench.plan.step_time import StepTime
@@ -37,6 +38,7 @@ class Evaluation:
     fits: bool = True
     notes: list[str] = field(default_factory=list)
     rank: int = 0
+    inference: InferenceTimes | None = None  # --mode infer: prefill, TPOT, throughput
 
     @property
     def times(self) -> dict[str, float | None]:
@@ -45,7 +47,8 @@ class Evaluation:
 
     @property
     def step_s(self) -> float:
-        return self.time.step
+        """What configs are ranked by: the step, or in inference the time per output token."""
+        return self.inference.tpot_s if self.inference is not None else self.time.step
 
     @property
     def comm_s(self) -> float:
@@ -89,6 +92,7 @@ class Evaluation:
             extrapolated=self.extrapolated,
             notes=self.notes,
             programs=programs,
+            inference=None if self.inference is None else self.inference.as_dict(),
         )
 
 
@@ -102,6 +106,7 @@ class PlanResult:
     rejected: list[Candidate]
     assumptions: list[str]
     counts: dict[str, int]
+    findings: list[str] = field(default_factory=list)  # inference: what the ranking says
 
     def plan_file(self, top: int | None = None) -> PlanFile:
         """The plan file of the best `top` configs (None: all) and every rejected one."""
@@ -109,6 +114,7 @@ class PlanResult:
             inputs=self.request.as_dict(),
             calibration=calibration_summary(self.calibration),
             assumptions=self.assumptions,
+            findings=self.findings,
             counts=self.counts,
             configs=[e.planned() for e in self.ranked[:top]],
             rejected=[
@@ -173,8 +179,10 @@ def assumptions(req: PlanRequest, cal: Calibration) -> list[str]:
         )
     else:
         out.append(
-            "inference: prefill of the batch, forward traffic only; memory = weights + KV cache "
-            "+ one layer's activations"
+            "inference: prefill of each replica's prompts (m micro-batches of b) and decode of "
+            "the global batch with p micro-batches in flight; ranked by time per output token "
+            "(TPOT); decode compute = max(FLOPs, (weights + KV cache) read at "
+            f"{req.hbm_gbps:g} GB/s); memory = weights + KV cache + one layer's activations"
         )
     out.append(f"communication-bound: communication > {COMM_BOUND:.0%} of the step")
     if req.orders == "megatron":

@@ -127,7 +127,9 @@ class PlannedConfig:
     fits: within the GPU memory; time_s: PlanTimes; comm_s: communication on the critical path;
     comm_share: comm_s / step (None without a compute model); comm_bound: comm_share > 30%;
     extrapolated: a prediction lies beyond the calibration; notes: how steps were priced;
-    programs (`--explain` only): pattern -> its Program steps' estimates. Everything but label
+    programs (`--explain` only): pattern -> its Program steps' estimates; inference (`plan
+    --mode infer`): prefill_s, tpot_s (time per output token), tokens_per_s (and per GPU),
+    batch, decode_comm_s, decode_memory_s and decode_flops_s. Everything but label
     may be absent from a hand-written plan (None, or empty)."""
 
     rank: int | None = None
@@ -151,13 +153,15 @@ class PlannedConfig:
     extrapolated: bool | None = None
     notes: list[str] = field(default_factory=list)
     programs: dict[str, list[dict[str, Any]]] | None = None
+    inference: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["placement"] = {a: p.to_json() for a, p in self.placement.items()}
         out["time_s"] = self.time_s.to_json()
-        if self.programs is None:
-            del out["programs"]
+        for key in ("programs", "inference"):
+            if out[key] is None:
+                del out[key]
         return out
 
     @classmethod
@@ -191,6 +195,7 @@ class PlannedConfig:
             extrapolated=_typed(c, "extrapolated", bool, None, where),
             notes=_typed(c, "notes", list, [], where),
             programs=_typed(c, "programs", dict, None, where),
+            inference=_typed(c, "inference", dict, None, where),
         )
 
 
@@ -234,6 +239,8 @@ class PlanFile:
     request (plan.PlanRequest.as_dict: model, model_shape, gpus, gpus_per_node, seq_len,
     global_batch, ...); calibration: which one priced the plan (path, kind, backends,
     link_classes, its sources or runs, device); assumptions: the modelling choices in force;
+    findings (`--mode infer`): what the ranking says about serving (latency vs throughput, EP
+    vs replicated experts);
     counts: candidates, valid, fit_memory, ranked, rejected, unpriced; configs: best first;
     rejected: every config that cannot run."""
 
@@ -241,6 +248,7 @@ class PlanFile:
     inputs: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     configs: list[PlannedConfig] = field(default_factory=list)
     rejected: list[RejectedConfig] = field(default_factory=list)
@@ -251,6 +259,7 @@ class PlanFile:
             "inputs": self.inputs,
             "calibration": self.calibration,
             "assumptions": self.assumptions,
+            **({"findings": self.findings} if self.findings else {}),
             "counts": self.counts,
             "configs": [c.to_json() for c in self.configs],
             "rejected": [r.to_json() for r in self.rejected],
@@ -266,6 +275,7 @@ class PlanFile:
             inputs=_typed(doc, "inputs", dict, {}, source),
             calibration=_typed(doc, "calibration", dict, {}, source),
             assumptions=_typed(doc, "assumptions", list, [], source),
+            findings=_typed(doc, "findings", list, [], source),
             counts=_typed(doc, "counts", dict, {}, source),
             configs=[
                 PlannedConfig.from_json(c, f"{source}: configs[{i}]")

@@ -23,9 +23,10 @@ def kv_cache_bytes_per_token(
     model: ModelShape, dtype: str = "bfloat16", tp: int = 1, pp: int = 1
 ) -> float:
     """K and V of every layer for one token: 2 L n_kv d_head x bytes, split over tp (heads)
-    and pp (layers). Llama-7B (MHA) in bf16: 512 KiB per token."""
+    and pp (layers); with MLA the latent and RoPE key, (d_c + d_h^R) L, split over pp only.
+    Llama-7B (MHA) in bf16: 512 KiB per token."""
     size = dtype_size(canonical_dtype(dtype))
-    return 2 * model.layers * model.kv_heads * model.head_dim * size / (tp * pp)
+    return model.layers * model.kv_cache_width(tp) * size / pp
 
 
 def kv_cache_bytes(
@@ -52,8 +53,9 @@ def activation_bytes_per_layer(
     replicated: layer-norm inputs, the QKV and MLP inputs, dropout masks) unless sequence
     parallel shards them too; selective recompute drops the 5 a s^2 b attention-score
     terms; full recompute keeps only the layer input 2 s b h. The 34 is generalised to the
-    shape: Q/K/V/output widths (GQA), MLP width (GeLU: 4 s b f, SwiGLU: 6 s b f) and, in an
-    MoE layer, top-k routed copies of the tokens. Context parallel divides s by cp.
+    shape: Q/K/V/output widths (GQA, MLA), MLP width (GeLU: 4 s b f, SwiGLU: 6 s b f) and, in
+    an MoE layer, top-k routed copies of the tokens beside the shared experts' own. Context
+    parallel divides s by cp.
     """
     if recompute not in RECOMPUTE:
         raise UsageError(f"recompute {recompute!r}: choose from {', '.join(RECOMPUTE)}")
@@ -64,10 +66,11 @@ def activation_bytes_per_layer(
     # replicated without SP: 2 layer-norm inputs (4), QKV input (2), MLP input (2), 2 masks (2)
     replicated = 10 * sbh
     # attention: Q, K (for QK^T), V, the output-projection input; 16-bit each
-    attn = 2 * s * b * (model.q_width + 2 * model.kv_width + model.q_width)
-    if moe_layer:
+    attn = 2 * s * b * (model.q_width + model.kv_width + model.v_width + model.out_width)
+    if moe_layer:  # top-k routed copies (+ their permuted inputs) and the shared experts
         k, f = model.top_k, model.moe_ffn_hidden
-        mlp = k * s * b * (6 if model.gated_mlp else 4) * f + 2 * 2 * k * sbh  # + permuted copies
+        per_mlp = s * b * (6 if model.gated_mlp else 4) * f
+        mlp = (k + model.shared_experts) * per_mlp + 2 * 2 * k * sbh
     else:
         mlp = s * b * (6 if model.gated_mlp else 4) * model.ffn_hidden
     # attention scores: softmax output (2), dropout mask (1), dropout output (2) per head;
@@ -96,7 +99,8 @@ def activation_bytes(
     recompute: str = "selective",
 ) -> float:
     """Activations held by a rank of the first pipeline stage (the busiest under 1F1B):
-    its layers' activations for min(pp, m) in-flight micro-batches (Megatron's estimate)."""
+    its layers' activations and the embedding's for min(pp, m) in-flight micro-batches, and
+    with one stage the output layer's too (Megatron-LM's theoretical estimate)."""
     layers = model.stage_layers(pp, 0)
     per_mb = sum(
         activation_bytes_per_layer(
@@ -104,7 +108,29 @@ def activation_bytes(
         )
         for i in layers
     )
-    return per_mb * in_flight_micro_batches(pp, micro_batches)
+    per_mb += embedding_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
+    held = per_mb * in_flight_micro_batches(pp, micro_batches)
+    if pp == 1:
+        held += output_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
+    return held
+
+
+def embedding_activation_bytes(
+    model: ModelShape, seq: int, micro_batch: int, tp: int, cp: int, sequence_parallel: bool
+) -> float:
+    """The embedding's input token ids (8 bytes each) and its dropout mask (1 byte per
+    element) for one micro-batch, split over tp with sequence parallel (Megatron-LM)."""
+    sb = seq / cp * micro_batch
+    return (8 * sb + sb * model.hidden) / (tp if sequence_parallel else 1)
+
+
+def output_activation_bytes(
+    model: ModelShape, seq: int, micro_batch: int, tp: int, cp: int, sequence_parallel: bool
+) -> float:
+    """The output layer's 16-bit input (the final norm's output; split over tp with sequence
+    parallel) and the fp32 logits the vocab-parallel cross entropy keeps (split over tp)."""
+    sb = seq / cp * micro_batch
+    return 2 * sb * model.hidden / (tp if sequence_parallel else 1) + 4 * sb * model.vocab / tp
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""Model shapes: presets with their published configs, parameter counts and stage placement.
+"""Model shapes: parameter counts and stage placement (the presets: traffic/presets.py).
 
 Parameter counts are derived from the shape (Llama / Mixtral layer structure: attention with
-grouped-query K/V, SwiGLU or GeLU MLP, RMSNorm, untied or tied embeddings, top-k routed
-experts); pipeline stages place the embedding first and the head last, as Megatron-LM does.
+grouped-query K/V or DeepSeek-V2/V3's multi-head latent attention, SwiGLU or GeLU MLP,
+RMSNorm, untied or tied embeddings, top-k routed experts beside always-active shared experts,
+the first layers dense), counted as Megatron-LM's theoretical memory estimate counts them;
+pipeline stages place the embedding first and the head last, as Megatron-LM does.
 """
 
 from __future__ import annotations
@@ -13,17 +15,24 @@ from typing import Any
 
 from commbench.errors import UsageError
 
+BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qk_norm")
+DERIVED_FIELDS = ("kv_heads", "head_dim", "moe_ffn_hidden", "v_head_dim")  # None: derive it
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelShape:
     """A decoder-only transformer's shape; optional fields default from the others.
 
-    kv_heads, head_dim and moe_ffn_hidden accept None ("derive it") and are ints once
+    kv_heads, head_dim, v_head_dim and moe_ffn_hidden accept None ("derive it") and are ints once
     constructed, so they are typed int and __post_init__ fills them.
 
-    kv_heads < heads is grouped-query attention; experts > 0 makes every `moe_every`-th layer
-    (starting with layer 0, Megatron's moe_layer_freq) a top-k routed MoE layer of `experts`
-    MLPs of width moe_ffn_hidden.
+    kv_heads < heads is grouped-query attention; kv_lora_rank > 0 is multi-head latent
+    attention (DeepSeek-V2, Liu et al. 2024): K and V come from a shared latent of that rank
+    (queries from one of q_lora_rank), head_dim includes the rope_head_dim decoupled RoPE part,
+    and the KV cache holds only the latent and the RoPE key. experts > 0 makes every
+    `moe_every`-th layer from `dense_layers` on (DeepSeek's first_k_dense_replace, Megatron's
+    moe_layer_freq) a top-k routed MoE layer of `experts` MLPs of width moe_ffn_hidden plus
+    `shared_experts` MLPs of that width every token passes through.
     """
 
     name: str
@@ -33,12 +42,19 @@ class ModelShape:
     heads: int
     kv_heads: int = None  # type: ignore[assignment]  # None: = heads (multi-head attention)
     head_dim: int = None  # type: ignore[assignment]  # None: = hidden // heads
+    v_head_dim: int = None  # type: ignore[assignment]  # None: = head_dim
+    qk_norm: bool = False  # per-head RMSNorm of Q and K (Qwen3)
+    q_lora_rank: int = 0  # MLA: rank of the query down-projection (0: none)
+    kv_lora_rank: int = 0  # MLA: rank of the K/V latent; 0 = not MLA
+    rope_head_dim: int = 0  # MLA: the decoupled RoPE part of each Q/K head (in head_dim)
     vocab: int = 32000
     seq_len: int = 4096  # the training context the patterns use unless told otherwise
     experts: int = 0  # routed experts per MoE layer; 0 = dense
     top_k: int = 0  # experts per token
     moe_ffn_hidden: int = None  # type: ignore[assignment]  # None: = ffn_hidden
     moe_every: int = 1
+    shared_experts: int = 0  # always-active expert MLPs per MoE layer (DeepSeekMoE)
+    dense_layers: int = 0  # the first layers keep a dense MLP (DeepSeek-V3: 3)
     gated_mlp: bool = True  # SwiGLU (3 matrices) vs GeLU (2)
     tied_embeddings: bool = False
 
@@ -58,8 +74,23 @@ class ModelShape:
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         if self.moe_ffn_hidden is None:
             object.__setattr__(self, "moe_ffn_hidden", self.ffn_hidden)
-        for f in ("kv_heads", "head_dim", "moe_ffn_hidden"):
+        if self.v_head_dim is None:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        for f in ("kv_heads", "head_dim", "moe_ffn_hidden", "v_head_dim"):
             _positive(self, f)
+        for f in ("q_lora_rank", "kv_lora_rank", "rope_head_dim", "shared_experts", "dense_layers"):
+            _non_negative(self, f)
+        if self.is_mla and (self.kv_heads != self.heads or self.rope_head_dim >= self.head_dim):
+            raise UsageError(
+                f"model {self.name}: multi-head latent attention has kv_heads = heads and a "
+                f"rope_head_dim below head_dim"
+            )
+        if not self.is_mla and (self.q_lora_rank or self.rope_head_dim):
+            raise UsageError(
+                f"model {self.name}: q_lora_rank and rope_head_dim need kv_lora_rank > 0 (MLA)"
+            )
+        if self.shared_experts and not self.experts:
+            raise UsageError(f"model {self.name}: shared_experts needs experts > 0")
         if self.heads % self.kv_heads:
             raise UsageError(
                 f"model {self.name}: kv_heads {self.kv_heads} must divide heads {self.heads}"
@@ -79,9 +110,15 @@ class ModelShape:
     def is_moe(self) -> bool:
         return self.experts > 0
 
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
     def is_moe_layer(self, i: int) -> bool:
-        """Layer i holds routed experts (Megatron moe_layer_freq: layers 0, n, 2n, ...)."""
-        return self.is_moe and i % self.moe_every == 0
+        """Layer i holds routed experts: from dense_layers on, every moe_every-th (HF DeepSeek
+        and Megatron moe_layer_freq: layers 0, n, 2n, ... when none is dense)."""
+        return self.is_moe and i >= self.dense_layers and i % self.moe_every == 0
 
     @property
     def moe_layers(self) -> int:
@@ -89,31 +126,68 @@ class ModelShape:
 
     @property
     def q_width(self) -> int:
-        """heads x head_dim: the width of Q and of the attention output."""
+        """heads x head_dim: the width of Q."""
         return self.heads * self.head_dim
 
     @property
     def kv_width(self) -> int:
-        """kv_heads x head_dim: the width of K and of V."""
+        """kv_heads x head_dim: the width of K (V's is v_width)."""
         return self.kv_heads * self.head_dim
+
+    @property
+    def v_width(self) -> int:
+        """kv_heads x v_head_dim: the width of V."""
+        return self.kv_heads * self.v_head_dim
+
+    @property
+    def out_width(self) -> int:
+        """heads x v_head_dim: the attention output, the input of W_o."""
+        return self.heads * self.v_head_dim
+
+    def kv_cache_width(self, tp: int = 1) -> float:
+        """Elements one layer caches per token on one of tp ranks: K and V of the local KV
+        heads, or with MLA the latent and the RoPE key, which every TP rank keeps whole
+        (DeepSeek-V2 caches (d_c + d_h^R) elements per token and layer)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.rope_head_dim
+        return (self.kv_width + self.v_width) / tp
 
     # ---- parameters ----
     def attention_params(self) -> int:
-        """W_q, W_k, W_v, W_o (no biases, as Llama)."""
+        """W_q, W_k, W_v, W_o (no biases, as Llama) and Qwen3's Q/K norms; with MLA the
+        down-projections, their norms, the up-projections and the shared RoPE key
+        (Megatron-LM's multi_latent_attention count)."""
         h = self.hidden
-        return h * self.q_width + 2 * h * self.kv_width + self.q_width * h
+        if not self.is_mla:
+            norms = 2 * self.head_dim if self.qk_norm else 0
+            return (
+                h * self.q_width + h * (self.kv_width + self.v_width) + self.out_width * h + norms
+            )
+        nope = self.head_dim - self.rope_head_dim
+        qr, kr = self.q_lora_rank, self.kv_lora_rank
+        q = qr * (h + self.q_width + 1) if qr else h * self.q_width
+        kv = kr * (h + self.heads * (nope + self.v_head_dim) + 1) + h * self.rope_head_dim
+        return q + kv + self.out_width * h
 
     def mlp_params(self, ffn: int | None = None) -> int:
         """One MLP: gate+up+down (SwiGLU) or up+down (GeLU)."""
         return (3 if self.gated_mlp else 2) * self.hidden * (ffn or self.ffn_hidden)
 
+    def shared_expert_params(self) -> int:
+        """The shared experts of one MoE layer (tensor-parallel like a dense MLP)."""
+        return self.shared_experts * self.mlp_params(self.moe_ffn_hidden)
+
     def layer_params(self, i: int) -> tuple[int, int]:
         """(non-expert, expert) parameters of layer i; the 2 norms and the router are
-        non-expert (replicated across tensor-parallel ranks, like Megatron)."""
+        non-expert (replicated across tensor-parallel ranks, like Megatron), and so are the
+        shared experts."""
         base = self.attention_params() + 2 * self.hidden
         if self.is_moe_layer(i):
             router = self.hidden * self.experts
-            return base + router, self.experts * self.mlp_params(self.moe_ffn_hidden)
+            return (
+                base + router + self.shared_expert_params(),
+                self.experts * self.mlp_params(self.moe_ffn_hidden),
+            )
         return base + self.mlp_params(), 0
 
     def embedding_params(self) -> int:
@@ -190,39 +264,50 @@ class ModelShape:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "model") -> ModelShape:
-        """A shape from a suite file or record; `preset:` starts from a preset and overrides."""
+        """A shape from a suite file or record; `preset: NAME` or `hf_config: PATH` (a Hugging
+        Face config.json) starts from that shape and the other keys override it."""
         if not isinstance(data, dict):
             raise UsageError(f"{where}: a model is a preset name or a mapping of shape fields")
         data = dict(data)
         base: dict[str, Any] = {}
+        if "preset" in data and "hf_config" in data:
+            raise UsageError(f"{where}: give preset or hf_config, not both")
         if "preset" in data:
-            preset = data.pop("preset")
-            base = get_model(preset, f"{where}.preset").to_dict()
+            from commbench.traffic.presets import get_model  # the presets are ModelShapes
+
+            base = get_model(data.pop("preset"), f"{where}.preset").to_dict()
+        elif "hf_config" in data:
+            from commbench.traffic.hf_config import read_hf_config  # it builds ModelShapes
+
+            path = data.pop("hf_config")
+            if not isinstance(path, str):
+                raise UsageError(f"{where}.hf_config: expected the path of a config.json")
+            base = read_hf_config(path, f"{where}.hf_config").to_dict()
         known = {f.name: f for f in fields(cls)}
         for key, value in data.items():
             if key not in known:
                 raise UsageError(
                     f"{where}.{key}: unknown model field; choose from {', '.join(known)}"
                 )
-            want = (
-                bool if key in ("gated_mlp", "tied_embeddings") else str if key == "name" else int
-            )
+            want = bool if key in BOOL_FIELDS else str if key == "name" else int
             ok = (isinstance(value, want) and (want is not int or not isinstance(value, bool))) or (
-                value is None and key in ("kv_heads", "head_dim", "moe_ffn_hidden")
+                value is None and key in DERIVED_FIELDS
             )
             if not ok:
                 raise UsageError(f"{where}.{key}: expected {want.__name__}, got {value!r}")
         merged = {**base, **data}
         if base and "name" not in data:
             merged["name"] = base["name"]
-        for key in ("kv_heads", "head_dim", "moe_ffn_hidden"):
+        for key in DERIVED_FIELDS:
             if base and key not in data and _derived(base, key):
                 merged[key] = None  # re-derive from the overridden fields
         missing = [
             f for f in ("name", "layers", "hidden", "ffn_hidden", "heads") if f not in merged
         ]
         if missing:
-            raise UsageError(f"{where}: missing {', '.join(missing)} (or give preset: NAME)")
+            raise UsageError(
+                f"{where}: missing {', '.join(missing)} (or give preset: NAME or hf_config: PATH)"
+            )
         try:
             return cls(**merged)
         except UsageError as e:
@@ -235,7 +320,17 @@ def _derived(base: dict, key: str) -> bool:
         return base["kv_heads"] == base["heads"]
     if key == "head_dim":
         return base["head_dim"] * base["heads"] == base["hidden"]
+    if key == "v_head_dim":
+        return base["v_head_dim"] == base["head_dim"]
     return base["moe_ffn_hidden"] == base["ffn_hidden"]
+
+
+def _non_negative(shape: ModelShape, name: str) -> None:
+    value = getattr(shape, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(
+            f"model {shape.name}: {name} must be 0 or a positive integer, got {value!r}"
+        )
 
 
 def _positive(shape: ModelShape, name: str) -> None:
@@ -275,91 +370,3 @@ class StageParams:
 
     def per_rank(self, tp: int, ep: int) -> int:
         return math.ceil(self.dense_per_rank(tp) + self.expert_per_rank(tp, ep))
-
-
-# ---- presets: published configs (HF config.json of each model) ----
-PRESETS: dict[str, ModelShape] = {
-    m.name: m
-    for m in (
-        # Llama 2 7B / 13B: MHA, SwiGLU, 4K context
-        ModelShape(name="llama-7b", layers=32, hidden=4096, ffn_hidden=11008, heads=32),
-        ModelShape(name="llama-13b", layers=40, hidden=5120, ffn_hidden=13824, heads=40),
-        # Llama 2 70B: GQA with 8 KV heads
-        ModelShape(
-            name="llama-70b", layers=80, hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8
-        ),
-        # Llama 3 8B: GQA, 128K vocabulary, 8K context
-        ModelShape(
-            name="llama3-8b",
-            layers=32,
-            hidden=4096,
-            ffn_hidden=14336,
-            heads=32,
-            kv_heads=8,
-            vocab=128256,
-            seq_len=8192,
-        ),
-        # Mixtral 8x7B / 8x22B: 8 experts, top-2, every layer MoE
-        ModelShape(
-            name="mixtral-8x7b",
-            layers=32,
-            hidden=4096,
-            ffn_hidden=14336,
-            heads=32,
-            kv_heads=8,
-            experts=8,
-            top_k=2,
-        ),
-        ModelShape(
-            name="mixtral-8x22b",
-            layers=56,
-            hidden=6144,
-            ffn_hidden=16384,
-            heads=48,
-            kv_heads=8,
-            vocab=32768,
-            experts=8,
-            top_k=2,
-        ),
-        # GPT-3 175B: GeLU MLP (4h), tied embeddings, 2K context (Korthikanti et al.'s model)
-        ModelShape(
-            name="gpt3-175b",
-            layers=96,
-            hidden=12288,
-            ffn_hidden=49152,
-            heads=96,
-            vocab=50257,
-            seq_len=2048,
-            gated_mlp=False,
-            tied_embeddings=True,
-        ),
-    )
-}
-
-
-def get_model(name: str, where: str = "model") -> ModelShape:
-    """A preset by name; unknown names are a UsageError listing the presets."""
-    if not isinstance(name, str) or name not in PRESETS:
-        raise UsageError(f"{where}: unknown model {name!r}; presets: {', '.join(PRESETS)}")
-    return PRESETS[name]
-
-
-def parse_model_arg(text: str) -> ModelShape:
-    """`--model llama-7b`, `--model llama-7b:layers=8,seq_len=2048` or a new shape
-    `--model tiny:layers=4,hidden=256,ffn_hidden=512,heads=8`."""
-    import yaml
-
-    name, colon, rest = text.partition(":")
-    if not colon:
-        return get_model(name, "--model")
-    data: dict[str, Any] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UsageError(f"--model {text!r}: expected KEY=VALUE after ':', got {item!r}")
-        data[key.strip()] = yaml.safe_load(value)
-    if name in PRESETS:
-        data["preset"] = name
-    else:
-        data["name"] = name
-    return ModelShape.from_dict(data, f"--model {text}")

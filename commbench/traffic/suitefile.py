@@ -21,8 +21,9 @@ from commbench.errors import UsageError
 from commbench.sizes import parse_size
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, Axis, parse_order
-from commbench.traffic.model import ModelShape, get_model
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import field_path
+from commbench.traffic.presets import get_model
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 DEGREE_AXES = (Axis.TP, Axis.CP, Axis.PP, Axis.EP)

@@ -17,7 +17,7 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout, parse_order
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import collectives, cp, dp, ep, pp, tp, zero
+from commbench.traffic.patterns import collectives, cp, decode, dp, ep, pp, prefill, tp, zero
 from commbench.traffic.patterns.base import (
     Fact,
     Role,
@@ -36,7 +36,6 @@ __all__ = [
     "PatternSpec",
     "TrafficOptions",
     "build",
-    "forward_only",
     "get",
     "make_options",
     "rebuild",
@@ -110,6 +109,9 @@ PATTERNS: dict[str, PatternSpec] = {
         PatternSpec(
             name="collectives", module=collectives, axis=None, role=Role.SWEEP, needs_model=False
         ),
+        # every axis at once; tp is the degree their points are swept by first
+        PatternSpec(name="prefill", module=prefill, axis=Axis.TP, role=Role.PREFILL),
+        PatternSpec(name="decode", module=decode, axis=Axis.TP, role=Role.DECODE),
     )
 }
 
@@ -190,19 +192,3 @@ def training_step(
         opts.update(options.get(name, {}))
         out[name] = build(name, layout, model, make_options(name, opts, f"options.{name}"))
     return out
-
-
-def forward_only(prog: Program) -> Program:
-    """Inference: the forward steps of a training Program; a 1F1B schedule keeps its forward
-    messages (even tags, patterns.pp.tag) and compute, so it becomes a forward pipeline."""
-    steps = []
-    for st in prog.steps:
-        if st.schedule is not None:
-            sched = tuple(
-                tuple(a for a in acts if a.kind == "compute" or a.tag % 2 == pp.FWD)
-                for acts in st.schedule
-            )
-            steps.append(st.with_(schedule=sched, phase="forward", label=st.label + " forward"))
-        elif st.phase == "forward":
-            steps.append(st)
-    return Program(prog.pattern, tuple(steps), prog.meta)

@@ -26,12 +26,16 @@ from commbench.traffic.model import ModelShape
 class Role(StrEnum):
     """Where a pattern's time goes in a training step; the planner's step time combines the
     patterns by role (Megatron-LM's schedule: in-layer traffic inside every micro-batch, the
-    pipeline around it, gradient reduction after the backward pass)."""
+    pipeline around it, gradient reduction after the backward pass). The inference roles are
+    whole passes: `plan --mode infer` prices prefill latency and time per output token from
+    them."""
 
     IN_LAYER = "in-layer"  # inside each micro-batch's forward/backward (tp, cp, ep)
     PIPELINE = "pipeline"  # the 1F1B schedule, its compute and bubble included (pp)
     GRADIENT = "gradient"  # after, or overlapped with, the backward pass (dp, zero)
     SWEEP = "sweep"  # a primitive sweep, no part of a training step (collectives)
+    PREFILL = "prefill"  # inference: one forward pass over the prompts, every axis at once
+    DECODE = "decode"  # inference: one output token per sequence, every axis at once
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,21 @@ class Options(TrafficOptions):
 
 
 def kv_unit_bytes(layout: ParallelLayout, model: ModelShape, options: TrafficOptions) -> int:
-    """K and V of one sequence chunk on one rank: 2 b (s/c) (n_kv/t) d_head x bytes."""
+    """K and V of one sequence chunk on one rank: 2 b (s/c) (n_kv/t) d_head x bytes (K and V
+    heads of their own widths with MLA, whose ring moves the up-projected K and V as
+    Megatron-Core's does)."""
     seq = options.seq(model)
-    return (
-        2
-        * options.micro_batch
-        * (seq // layout.cp)
-        * (model.kv_heads // layout.tp)
-        * model.head_dim
-        * options.elem
-    )
+    width = (model.kv_width + model.v_width) // layout.tp
+    return options.micro_batch * (seq // layout.cp) * width * options.elem
+
+
+def ring_forward(unit: int, c: int, passes: float, dtype: str) -> Step:
+    """The forward ring of `passes` layer passes: c-1 K/V send/recv steps each (the per-layer
+    part training and prefill share)."""
+    return Step(
+        op="sendrecv", nbytes=unit, axis=AXIS, repeat=(c - 1) * passes, phase="forward",
+        dtype=dtype, label="K,V ring step",
+    )  # fmt: skip
 
 
 def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
@@ -47,15 +52,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         return Program(NAME, (), meta)
     dt = options.dtype
     steps = [
-        Step(
-            op="sendrecv",
-            nbytes=unit,
-            axis=AXIS,
-            repeat=(c - 1) * n,
-            phase="forward",
-            dtype=dt,
-            label="K,V ring step",
-        ),
+        ring_forward(unit, c, n, dt),
         Step(
             op="sendrecv",
             nbytes=unit,

@@ -4,7 +4,12 @@ their experts (dispatch) and back (combine), 2 all-to-all-v forward and 2 backwa
 tokens b s / (c t) (Megatron runs MoE with sequence parallel, so TP ranks split the tokens);
 per-peer bytes follow a seeded router: uniform, Zipf (a few hot experts) or Dirichlet (each
 rank its own skew). A capacity factor C = ceil(T k / E x cf) drops overflow and, with `pad`,
-pads every expert's buffer to C (drop-and-pad); none means dropless.
+pads every expert's buffer to C (drop-and-pad); none means dropless. As DeepSeek-V3 does
+(arXiv 2412.19437, 3.2 and 3.3), routing can be node-limited (experts in `groups` groups, one
+per node, each token sent to at most `group_limit` of them, chosen by their top experts'
+scores) and the dispatch can move FP8 tokens (1 byte per element and an fp32 scale per 128)
+while the combine stays in the activation dtype. Experts are sharded over the dp x cp ranks,
+as Megatron-Core's expert rank generator does (layout.expert).
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ from commbench.traffic.program import Program, Step
 NAME = "ep"
 AXIS = Axis.EP
 ROUTERS = ("uniform", "zipf", "dirichlet")
+DISPATCH = ("bf16", "fp8")  # the dispatch's payload: the activation dtype, or FP8 + scales
+FP8_BLOCK = 128  # elements per fp32 scale (DeepSeek-V3's 1 x 128 tile quantisation)
 
 
 @dataclass(frozen=True)
 class Options(TrafficOptions):
     """Router skew (uniform, zipf with exponent zipf_s, dirichlet with concentration
-    dirichlet_alpha), seed, top-k (None: the model's), capacity factor (None: dropless)."""
+    dirichlet_alpha), seed, top-k (None: the model's), capacity factor (None: dropless),
+    dispatch payload (bf16 or fp8), node-limited routing (groups, group_limit)."""
 
     router: str = "uniform"
     zipf_s: float = 1.0
@@ -37,10 +45,20 @@ class Options(TrafficOptions):
     top_k: int | None = None
     capacity_factor: float | None = None
     pad: bool = True
+    dispatch: str = "bf16"
+    groups: int = 1
+    group_limit: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("router", self.router, ROUTERS)
+        check_choice("dispatch", self.dispatch, DISPATCH)
+        if self.groups < 1:
+            raise UsageError(f"groups must be at least 1, got {self.groups}")
+        if self.group_limit is not None and not 1 <= self.group_limit <= self.groups:
+            raise UsageError(
+                f"group_limit {self.group_limit} must be between 1 and groups {self.groups}"
+            )
         if self.zipf_s < 0 or not self.dirichlet_alpha > 0:
             raise UsageError("zipf_s must be >= 0 and dirichlet_alpha > 0")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
@@ -63,17 +81,45 @@ def router_probs(options: Options, experts: int, sources: int) -> np.ndarray:
 
 def route(options: Options, tokens: int, experts: int, top_k: int, sources: int) -> np.ndarray:
     """Tokens per [source rank, expert]: each token picks top_k distinct experts, sampled
-    without replacement from the router's probabilities (Gumbel top-k, seeded)."""
+    without replacement from the router's probabilities (Gumbel top-k, seeded); with a
+    group_limit M, only among the experts of the M groups whose best top_k/M scores sum
+    highest (DeepSeek-V3's node-limited routing)."""
     probs = router_probs(options, experts, sources)
     rng = np.random.default_rng([options.seed, 1])
     counts = np.zeros((sources, experts), dtype=np.int64)
     with np.errstate(divide="ignore"):
         logp = np.log(probs)
+    G, M = options.groups, options.group_limit
     for r in range(sources):
         keys = logp[r] + rng.gumbel(size=(tokens, experts))
+        if M is not None and M < G:
+            keys = limit_groups(keys, G, M, top_k)
         chosen = np.argpartition(-keys, top_k - 1, axis=1)[:, :top_k]
         counts[r] = np.bincount(chosen.ravel(), minlength=experts)
     return counts
+
+
+def limit_groups(keys: np.ndarray, groups: int, limit: int, top_k: int) -> np.ndarray:
+    """keys[token, expert] with every expert outside each token's best `limit` groups set to
+    -inf; a group scores the sum of its best ceil(top_k / limit) keys."""
+    t, e = keys.shape
+    by_group = keys.reshape(t, groups, e // groups)
+    best = -np.sort(-by_group, axis=2)[:, :, : math.ceil(top_k / limit)].sum(axis=2)
+    keep = np.argpartition(-best, limit - 1, axis=1)[:, :limit]
+    mask = np.full((t, groups), True)
+    np.put_along_axis(mask, keep, False, axis=1)
+    return np.where(np.repeat(mask, e // groups, axis=1), -np.inf, keys)
+
+
+def token_bytes(model: ModelShape, options: Options) -> tuple[int, int]:
+    """(dispatch, combine) bytes per routed token: the hidden vector in the activation dtype,
+    or for an FP8 dispatch one byte per element plus an fp32 scale per 128, rounded up to
+    whole activation-dtype elements (the bytes move as such; a copy does not care)."""
+    combine = model.hidden * options.elem
+    if options.dispatch == "bf16":
+        return combine, combine
+    fp8 = model.hidden + 4 * math.ceil(model.hidden / FP8_BLOCK)
+    return math.ceil(fp8 / options.elem) * options.elem, combine
 
 
 def capacity(tokens: int, top_k: int, experts: int, factor: float) -> int:
@@ -96,13 +142,48 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     """Dispatch and combine of every MoE layer of the busiest stage, every micro-batch."""
     seq = options.seq(model)
     check(layout, model, seq, sp=layout.tp > 1)
+    T = options.micro_batch * seq // (layout.cp * layout.tp)
+    split, comb, meta = routed(layout, model, options, T)
+    n = meta["moe_layers"] * options.micro_batches
+    if layout.ep == 1 or n == 0:
+        return Program(NAME, (), meta)
+    dt = options.dtype
+    steps = (
+        a2a(split, n, "forward", "dispatch", dt),
+        a2a(comb, n, "forward", "combine", dt),
+        a2a(transpose(comb), n, "backward", "combine grad", dt),  # activation dtype
+        a2a(comb, n, "backward", "dispatch grad", dt),
+    )
+    return Program(NAME, steps, meta)
+
+
+def a2a(split: tuple[tuple[int, ...], ...], n: float, phase: str, label: str, dt: str) -> Step:
+    """An all-to-all-v Step of `split`, n times on the ep axis."""
+    return Step(
+        op="alltoallv",
+        nbytes=max(sum(r) for r in split),
+        axis=AXIS,
+        repeat=n,
+        phase=phase,
+        dtype=dt,
+        label=label,
+        split=split,
+    )
+
+
+def routed(
+    layout: ParallelLayout, model: ModelShape, options: Options, T: int
+) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...], dict]:
+    """(dispatch split, combine split, meta) of one MoE layer when every EP rank routes T
+    tokens: the per-layer part training, prefill and decode share."""
     if not model.is_moe:
-        raise UsageError(f"pattern ep needs an MoE model; {model.name} has no experts")
+        raise UsageError(f"expert parallelism needs an MoE model; {model.name} has no experts")
     e, E = layout.ep, model.experts
     k = options.top_k or model.top_k
     if k > E:
         raise UsageError(f"top_k {k} exceeds the {E} experts of {model.name}")
-    T = options.micro_batch * seq // (layout.cp * layout.tp)
+    if E % options.groups:
+        raise UsageError(f"groups {options.groups} must divide the {E} experts of {model.name}")
     counts = route(options, T, E, k, e)
     routed = int(counts.sum())
     router_load = counts.sum(axis=0)
@@ -112,15 +193,15 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         cap = capacity(T, k, E, options.capacity_factor)
         kept = np.minimum(counts, cap)
         counts = np.full_like(counts, cap) if options.pad else kept
-    token_bytes = model.hidden * options.elem
-    split = dispatch_split(counts, e, token_bytes)
+    out_bytes, back_bytes = token_bytes(model, options)
+    split = dispatch_split(counts, e, out_bytes)
+    comb = transpose(dispatch_split(counts, e, back_bytes))
     load = counts.sum(axis=0)  # tokens per expert
     recv = np.array([sum(col) for col in zip(*split)], dtype=float)
     layers = max(
         sum(model.is_moe_layer(i) for i in model.stage_layers(layout.pp, s))
         for s in range(layout.pp)
     )
-    n = layers * options.micro_batches
     meta = {
         "tokens": T,
         "top_k": k,
@@ -131,31 +212,9 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         "rank_imbalance": float(recv.max() / recv.mean()) if recv.mean() > 0 else 1.0,
         "expert_load": [int(x) for x in load],
         "moe_layers": layers,
+        "dispatch_token_bytes": out_bytes,
     }
-    if e == 1 or n == 0:
-        return Program(NAME, (), meta)
-    comb = transpose(split)
-    dt = options.dtype
-
-    def a2a(s, phase: str, label: str) -> Step:
-        return Step(
-            op="alltoallv",
-            nbytes=max(sum(r) for r in s),
-            axis=AXIS,
-            repeat=n,
-            phase=phase,
-            dtype=dt,
-            label=label,
-            split=s,
-        )
-
-    steps = (
-        a2a(split, "forward", "dispatch"),
-        a2a(comb, "forward", "combine"),
-        a2a(split, "backward", "combine grad"),
-        a2a(comb, "backward", "dispatch grad"),
-    )
-    return Program(NAME, steps, meta)
+    return split, comb, meta
 
 
 def point_facts(meta: dict, time_s: float) -> list[Fact]:

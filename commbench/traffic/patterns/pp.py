@@ -88,6 +88,25 @@ def schedule(
     return tuple(out)
 
 
+def forward_schedule(
+    p: int, m: int, nbytes: int, forward_s: float = 0.0
+) -> tuple[tuple[Action, ...], ...]:
+    """Per-stage action lists of an inference pipeline: each of m micro-batches is received
+    from the previous stage, computed and sent to the next (1F1B's forward passes alone)."""
+    out = []
+    for i in range(p):
+        acts: list[Action] = []
+        for j in range(m):
+            if i > 0:
+                acts.append(Action("recv", -1, nbytes, tag=tag(FWD, j)))
+            if forward_s > 0:
+                acts.append(Action("compute", seconds=forward_s))
+            if i < p - 1:
+                acts.append(Action("send", +1, nbytes, tag=tag(FWD, j)))
+        out.append(tuple(acts))
+    return tuple(out)
+
+
 def simulate(
     sched: tuple[tuple[Action, ...], ...],
     message_s: float | Callable[[int], float] = 0.0,

@@ -24,6 +24,22 @@ class Options(TrafficOptions):
     sequence_parallel: bool = False
 
 
+def layer_allreduce(
+    nbytes: int,
+    passes: float,
+    dtype: str,
+    phase: str = "forward",
+    label: str = "attn/mlp row-parallel output",
+) -> Step:
+    """The 2 all-reduces of S bytes a layer pass ends its attention and MLP with (forward:
+    the row-parallel outputs; backward: the column-parallel inputs' gradients), `passes`
+    layer passes: the per-layer part training and inference share."""
+    return Step(
+        op="allreduce", nbytes=nbytes, axis=AXIS, repeat=2 * passes, phase=phase, dtype=dtype,
+        label=label,
+    )  # fmt: skip
+
+
 def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
     """The TP collectives of one step on the busiest pipeline stage (L/pp layers x m)."""
     seq = options.seq(model)
@@ -38,24 +54,8 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     steps: tuple[Step, ...]
     if not options.sequence_parallel:
         steps = (
-            Step(
-                op="allreduce",
-                nbytes=S,
-                axis=AXIS,
-                repeat=2 * n,
-                phase="forward",
-                dtype=dt,
-                label="attn/mlp row-parallel output",
-            ),
-            Step(
-                op="allreduce",
-                nbytes=S,
-                axis=AXIS,
-                repeat=2 * n,
-                phase="backward",
-                dtype=dt,
-                label="attn/mlp column-parallel input",
-            ),
+            layer_allreduce(S, n, dt),
+            layer_allreduce(S, n, dt, "backward", "attn/mlp column-parallel input"),
         )
     else:
         steps = (
