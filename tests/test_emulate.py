@@ -265,7 +265,7 @@ def test_mpi_crosses_the_shaped_links_at_their_rate(tmp_path, op):
     rc, out = _finish(
         _emulate(
             *("--nodes", "2", "--ranks-per-node", "2", "--link-rate", RATE, "--"),
-            *("run", op, "--sizes", "8,4M", "-n", "5", "-w", "1", "-g", "2"),
+            *("run", op, "--sizes", "8,4M", "-n", "24", "-w", "1", "-g", "2"),
             *("--placement", "strided", "--results", str(tmp_path), "--run-id", "inter"),
         )
     )
@@ -273,8 +273,8 @@ def test_mpi_crosses_the_shaped_links_at_their_rate(tmp_path, op):
     small, large = _records(tmp_path / "inter")
     assert large["link_class"] == "inter" and large["hosts_spanned"] == 2
     assert large["busbw_GBps"] == pytest.approx(GOODPUT_GBPS, rel=0.10), out
-    # no scheduler-tick wait (4 ms) on every message: even the fastest iteration paid it
-    assert small["time_min_us"] < 2000, out
+    # no scheduler-tick wait (4 ms) on every message: with it even the fastest of 24 paid it
+    assert small["time_min_us"] < 3000, out
     meta = json.loads((tmp_path / "inter" / "meta.json").read_text())
     assert meta["hosts"] == ["emu-node0", "emu-node1"] and meta["ranks_per_node_override"] is False
     assert meta["emulation"]["node_rate_bps"] == [2e8, 2e8]
