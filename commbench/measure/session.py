@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -33,6 +32,7 @@ from commbench.measure.notice import Notice
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
+from commbench.measure.watchdog import Watchdog
 from commbench.results.rundir import RunWriter
 from commbench.traffic.layout import host_map
 
@@ -87,33 +87,6 @@ def git_revision() -> str | None:
 def relevant_env() -> dict[str, str]:
     """NCCL/MPI/UCX settings and the like that change what is measured."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
-
-
-class Watchdog:
-    """Aborts the job when a guarded section runs past its deadline (a dead or hung peer)."""
-
-    def __init__(self, timeout_s: float, on_timeout) -> None:
-        self.timeout_s = timeout_s
-        self._on_timeout = on_timeout
-        self._deadline: float | None = None
-        self._label = ""
-        threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True).start()
-
-    @contextlib.contextmanager
-    def guard(self, label: str) -> Iterator[None]:
-        self._label, self._deadline = label, time.monotonic() + self.timeout_s
-        try:
-            yield
-        finally:
-            self._deadline = None
-
-    def _watch(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.timeout_s / 4))
-            deadline = self._deadline
-            if deadline is not None and time.monotonic() > deadline:
-                self._on_timeout(self._label)
-                return
 
 
 class Session:
