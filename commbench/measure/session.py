@@ -32,7 +32,7 @@ from commbench.measure.notice import Notice
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
-from commbench.measure.watchdog import Watchdog
+from commbench.measure.watchdog import Watchdog, outside_guard
 from commbench.results.rundir import RunWriter
 from commbench.traffic.layout import host_map
 
@@ -135,7 +135,13 @@ class Session:
         atexit.register(_alarm_at_exit, self.opts.timeout_s)
         try:
             load_backend(self.opts.backend)
-            with self.watchdog.guard("start-up (rendezvous)"):
+            start_up = "start-up (rendezvous)"
+            # MPI_Init holds the interpreter lock, so the watchdog's thread cannot fire there:
+            # a sentinel process outside it covers the rendezvous too, a moment later.
+            with (
+                self.watchdog.guard(start_up),
+                outside_guard(self.opts.timeout_s + 2, self._timeout_line(start_up)),
+            ):
                 self.faults.at(START)
                 diag.mark("open_world")
                 self._world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
@@ -271,14 +277,19 @@ class Session:
             self._world.close()
         self._restore_signals()
 
-    def _timed_out(self, label: str) -> None:
-        msg = (
+    def _timeout_message(self, label: str) -> str:
+        return (
             f"no progress for {self.opts.timeout_s:g} s in {label}: a peer died or hung; "
             "aborting the job (raise --timeout for slower points)"
         )
-        print(f"commbench: rank {self.launch.rank}: error: {msg}", file=sys.stderr, flush=True)
+
+    def _timeout_line(self, label: str) -> str:
+        return f"commbench: rank {self.launch.rank}: error: {self._timeout_message(label)}"
+
+    def _timed_out(self, label: str) -> None:
+        print(self._timeout_line(label), file=sys.stderr, flush=True)
         _exit_anyway_after(5.0, EXIT_FAILURE)
-        self._die(EXIT_FAILURE, msg)
+        self._die(EXIT_FAILURE, self._timeout_message(label))
 
     # ---- signals: a dedicated thread, since MPI calls block the main thread ----
     def _install_signals(self) -> None:
