@@ -42,3 +42,103 @@ def test_rank_stopped_before_mpi_init_is_timed_out(tmp_path):
     assert f"no progress for {timeout} s in start-up" in out.stderr, out.output
     assert "Traceback" not in out.output
     assert elapsed < timeout + 30  # start-up on 2 shared cores
+
+
+# ---- failure and warning lines in imported logs ----
+
+NCCL_FAILURE = "dgx-a00: Test NCCL failure common.cu:1023 'unhandled system error / connect failed'"
+MPI_ABORT = (
+    "--------------------------------------------------------------------------\n"
+    "prterun noticed that process rank 1 with PID 4242 on node cn01 exited on\n"
+    "signal 9 (Killed).\n"
+    "--------------------------------------------------------------------------"
+)
+
+
+def _cut_after_rows(text: str, rows: int, tail: str) -> str:
+    """`text` with only its first `rows` table rows, then `tail` (how a failed run ends)."""
+    lines, kept, seen = text.splitlines(), [], 0
+    for line in lines:
+        if line.strip()[:1].isdigit():
+            seen += 1
+            if seen > rows:
+                break
+        kept.append(line)
+    return "\n".join([*kept, tail, ""])
+
+
+def _import(tmp_path, tool: str, text: str, *flags: str):
+    from conftest import run_single
+
+    log = tmp_path / f"{tool}.log"
+    log.write_text(text)
+    job = run_single(
+        "import", tool, str(log), "--results", str(tmp_path), "--run-id", "imp", *flags
+    )
+    COUNTS["imported logs' failure modes"] += 1
+    return job, log
+
+
+def _meta(tmp_path) -> dict:
+    import json
+
+    return json.loads((tmp_path / "imp" / "meta.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "tool,sample,flags,tail",
+    [
+        ("nccl-tests", "nccl_tests_new", (), NCCL_FAILURE),
+        ("nccl-tests", "nccl_tests_new", (), MPI_ABORT),
+        ("osu", "osu_collective", ("--group-size", "4", "--link-class", "intra"), MPI_ABORT),
+        ("imb", "imb_log", ("--link-class", "intra"), MPI_ABORT),
+    ],
+    ids=["nccl-failure", "nccl-mpirun-abort", "osu-mpirun-abort", "imb-mpirun-abort"],
+)
+def test_imported_log_that_failed_is_marked_failed(tmp_path, tool, sample, flags, tail):
+    """A log that ends in its tool's failure line (or the launcher's abort) is a failed run:
+    the rows before it are kept, meta says failed and why (file:line), the exit is not 0."""
+    import fit_samples
+
+    text = _cut_after_rows(getattr(fit_samples, sample)(), 6, tail)
+    job, log = _import(tmp_path, tool, text, *flags)
+    assert job.returncode == 3, job.output
+    assert "Traceback" not in job.output
+    m = _meta(tmp_path)
+    assert m["status"] == "failed", m
+    first = tail.splitlines()[0 if "failure" in tail else 1].strip()
+    assert m["error"].startswith(f"{log}:") and first in m["error"], m["error"]
+    assert "failed" in job.stderr and str(log) in job.stderr, job.output
+
+
+def test_nccl_warn_lines_inside_the_table_mark_the_run_partial(tmp_path):
+    import fit_samples
+
+    lines = fit_samples.nccl_tests_new().splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip()[:1].isdigit()) + 3
+    warn = "dgx-a03:41003:41090 [3] NCCL WARN NET/IB : Got completion with error 12, opcode 0"
+    lines.insert(at, warn)
+    job, log = _import(tmp_path, "nccl-tests", "\n".join(lines))
+    assert job.returncode == 0, job.output
+    m = _meta(tmp_path)
+    assert m["status"] == "partial" and m["warnings"] == [f"{log}:{at + 1}: {warn}"], m
+    assert "NCCL WARN" in job.stderr and "partial" in job.stderr, job.output
+
+
+def test_nccl_tests_log_with_timestamps_imports(tmp_path):
+    """nccl-tests -S 1 adds a `timestamp` column (two tokens: date and time) to every row."""
+    import fit_samples
+
+    out = []
+    for line in fit_samples.nccl_tests_new().splitlines():
+        if line.startswith("#       size"):
+            line += " timestamp"
+        elif line.startswith("#        (B)"):
+            line += " %Y-%m-%d %H:%M:%S"
+        elif line.strip()[:1].isdigit():
+            line += "  2026-12-01 10:33:25"
+        out.append(line)
+    job, _ = _import(tmp_path, "nccl-tests", "\n".join(out))
+    assert job.returncode == 0, job.output
+    assert "# imported 50 records" in job.stdout, job.output
+    assert _meta(tmp_path)["status"] == "complete"

@@ -2,7 +2,8 @@
 
 Rank 0 writes one JSON object per line and flushes (and fsyncs) each point, so a killed
 run keeps every finished point. `meta.json` carries the run's status: running, complete,
-interrupted or failed. Records are the only input of fit, plan, validate and report.
+interrupted, failed or partial (an imported log that warned). Records are the only input of
+fit, plan, validate and report.
 
 The reader accepts what a crash leaves behind: a run whose status is not `complete` is
 `partial`, and a torn last line (no newline, a write cut short) is skipped and reported;
@@ -28,7 +29,7 @@ from commbench.results.records import REQUIRED_FIELDS
 SCHEMA_VERSION = 1
 RECORDS = "records.jsonl"
 META = "meta.json"
-STATUSES = ("running", "complete", "interrupted", "failed")
+STATUSES = ("running", "complete", "interrupted", "failed", "partial")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -174,6 +175,7 @@ class Run:
             "running": "status running: the job was killed before it could say how it ended",
             "interrupted": "status interrupted: stopped by a signal",
             "failed": f"status failed: {self.meta.get('error', 'no reason recorded')}",
+            "partial": f"status partial: {self.meta.get('error', 'no reason recorded')}",
             "unknown": f"no {META}",
         }.get(self.status, f"status {self.status}")
         signal = self.meta.get("stop_signal")
