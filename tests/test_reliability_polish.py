@@ -142,3 +142,35 @@ def test_nccl_tests_log_with_timestamps_imports(tmp_path):
     assert job.returncode == 0, job.output
     assert "# imported 50 records" in job.stdout, job.output
     assert _meta(tmp_path)["status"] == "complete"
+
+
+# ---- a diagnostics directory that cannot be written ----
+
+DIAG_UNWRITABLE = {"COMMBENCH_DIAG_DIR": "/proc/commbench-diag"}
+
+
+@pytest.mark.parametrize(
+    "argv,code", [(("list",), 0), (("run", "allreducee"), 2)], ids=["ok", "usage-error"]
+)
+def test_unwritable_diag_dir_keeps_the_exit_status(argv, code):
+    """The dump runs as the command ends: it must neither traceback nor replace the status."""
+    from conftest import run_single
+
+    job = run_single(*argv, env=DIAG_UNWRITABLE)
+    COUNTS["bad environments"] += 1
+    assert job.returncode == code, job.output
+    assert "Traceback" not in job.output
+    notes = [x for x in job.stderr.splitlines() if "COMMBENCH_DIAG_DIR" in x]
+    assert notes == [
+        "commbench: warning: COMMBENCH_DIAG_DIR=/proc/commbench-diag: cannot write rank-0.json "
+        "(No such file or directory)"
+    ], job.stderr
+
+
+def test_unwritable_diag_dir_on_a_complete_run(tmp_path):
+    job = start(2, *run_args(tmp_path, "diag", 2), env=DIAG_UNWRITABLE)
+    out, _ = job.finish(timeout=90)
+    assert out.returncode == 0 and "Traceback" not in out.output, out.output
+    from reliability import meta
+
+    assert meta(tmp_path, "diag")["status"] == "complete"
