@@ -89,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ---- preparing (pure, identical on every rank) ----
 def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     """The suite, its points on `world` ranks, and the per-rank byte budget."""
-    from commbench.sizes import parse_size
+    from commbench.traffic.bounds import parse_max_bytes
     from commbench.traffic.layout import parse_order
     from commbench.traffic.model import parse_model_arg
     from commbench.traffic.points import expand
@@ -111,7 +111,7 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     )
     suite = apply_overrides(suite, ov)
     points = expand(suite, world, nodes)
-    cli_max = parse_size(args.max_bytes, "--max-bytes") if args.max_bytes else None
+    cli_max = parse_max_bytes(args.max_bytes, "--max-bytes") if args.max_bytes else None
     return suite, points, cli_max
 
 

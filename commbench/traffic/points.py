@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.traffic import patterns
+from commbench.traffic import bounds, patterns
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import violations
@@ -119,6 +119,7 @@ def expand(suite: Suite, world: int, nodes: tuple[int, ...] = ()) -> list[Point]
                     if not program.steps:
                         continue
                     points.append(Point(len(points) + 1, run, model, layout, opts, swept, program))
+                    bounds.check_points(len(points), suite.name, world)
     if not points:
         raise UsageError(
             f"suite {suite.name}: no configuration with traffic fits a world of {world} "
