@@ -174,3 +174,37 @@ def test_unwritable_diag_dir_on_a_complete_run(tmp_path):
     from reliability import meta
 
     assert meta(tmp_path, "diag")["status"] == "complete"
+
+
+# ---- wording: messages speak flags, not Python; numbers as users write them ----
+
+
+def test_plan_on_a_narrow_calibration_names_the_flag(tmp_path):
+    """A measured calibration that does not cover a step: the hint is --extrapolate (the
+    flag), never `extrapolate=True`; `--explain` of an unpriceable config is an error, not a
+    `step 0` with exit 0."""
+    import reliability_cases
+
+    from conftest import run_single
+
+    reliability_cases._calibration(tmp_path)
+    cal = str(tmp_path / "cal.json")
+    base = ("plan", "--model", "llama-7b", "--gpus", "8", "--calibration", cal)
+    for argv in (base, (*base, "--explain", "tp=2,dp=4")):
+        job = run_single(*argv)
+        COUNTS["wording checks"] += 1
+        assert job.returncode == 2, job.output
+        assert "extrapolate=True" not in job.output, job.output
+        errors = [x for x in job.stderr.splitlines() if x.startswith("commbench: error:")]
+        assert len(errors) == 1 and "--extrapolate" in errors[0], job.output
+    assert "step 0\n" not in job.stdout and "step -" in job.stdout, job.stdout
+
+
+def test_set_takes_a_float_in_exponent_notation():
+    """`--set compute_ms=1e9`: YAML 1.1 reads 1e9 as a string; a float option takes it."""
+    from conftest import run_single
+
+    job = run_single("suite", "pp", "--dry-run", "--world", "4", "--set", "compute_ms=1e9")
+    COUNTS["wording checks"] += 1
+    assert job.returncode == 0, job.output
+    assert "forward_s=1e+06" in job.stdout, job.stdout  # 1e9 ms of forward per micro-batch

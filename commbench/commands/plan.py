@@ -19,6 +19,7 @@ import json
 import sys
 
 from commbench.commands.argtypes import positive_float, positive_int
+from commbench.errors import UsageError
 
 HELP = "rank TP/CP/EP/DP/PP configs for a model on a cluster from a calibration"
 
@@ -272,6 +273,7 @@ def explain_text(ev, req, cal, out) -> None:
 
     w = out.write
     c = ev.config
+    step_s = None if any(e.error for e in ev.estimates.values()) else ev.step_s
     w(
         f"# commbench plan --explain: {c.full_label} for {req.model.name} on {req.gpus} GPUs "
         f"({req.num_nodes} node(s)); calibration {cal.source} [{cal.kind}]\n"
@@ -297,7 +299,7 @@ def explain_text(ev, req, cal, out) -> None:
     )
     w(
         "# time per step (s): "
-        + ", ".join(f"{k} {_s(v)}" for k, v in {**ev.times, "step": ev.step_s}.items())
+        + ", ".join(f"{k} {_s(v)}" for k, v in {**ev.times, "step": step_s}.items())
         + (
             ""
             if ev.comm_share is None
@@ -350,6 +352,9 @@ def main(args: argparse.Namespace) -> int:
             out.write("\n")
         else:
             explain_text(ev, req, cal, out)
+        unpriced = [f"cannot price {n}: {e.error}" for n, e in ev.estimates.items() if e.error]
+        if unpriced:
+            raise UsageError(f"--explain {args.explain}: {unpriced[0]}")
         return 0
     result = plan.plan(req, cal)
     if args.output:

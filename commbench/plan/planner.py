@@ -308,10 +308,7 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
                 continue
             ranked.append(ev)
     if not ranked:
-        raise UsageError(
-            f"the calibration cannot price any config: {first_error}"
-            + ("" if req.extrapolate else " (or pass --extrapolate)")
-        )
+        raise UsageError(f"the calibration cannot price any config: {first_error}")
     ranked.sort(key=lambda e: (e.step_s, e.memory["total"], e.config.full_label))
     for i, e in enumerate(ranked, 1):
         e.rank = i
