@@ -208,3 +208,49 @@ def test_set_takes_a_float_in_exponent_notation():
     COUNTS["wording checks"] += 1
     assert job.returncode == 0, job.output
     assert "forward_s=1e+06" in job.stdout, job.stdout  # 1e9 ms of forward per micro-batch
+
+
+# ---- litter: a write that fails leaves nothing behind and names its file ----
+
+
+def _file_size_limit(limit: int):
+    """preexec_fn: writes past `limit` bytes fail with EFBIG, as a full disk fails them."""
+    import resource
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_failed_meta_write_leaves_no_litter_and_names_the_file(tmp_path):
+    import subprocess
+
+    import fit_samples
+
+    from conftest import REPO, commbench_cmd, job_env
+
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text(fit_samples.nccl_tests_new())
+    results = tmp_path / "results"
+    argv = commbench_cmd("import", "nccl-tests", str(log), "--results", str(results))
+    argv += ["--run-id", "imp"]
+    p = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        cwd=REPO,
+        timeout=60,
+        preexec_fn=_file_size_limit(256),
+    )
+    COUNTS["full filesystems"] += 1
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    assert p.stderr.strip() == (
+        f"commbench: error: cannot write {results / 'imp' / 'meta.json'}: File too large"
+    ), p.stderr
+    assert not (results / "imp").exists(), list((results / "imp").iterdir())
+    again = subprocess.run(argv, capture_output=True, text=True, env=job_env(), cwd=REPO)
+    assert again.returncode == 0, again.stdout + again.stderr  # the --run-id is still free

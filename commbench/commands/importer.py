@@ -54,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench import __version__
     from commbench.errors import UsageError
     from commbench.formats.common import Hints
-    from commbench.results.rundir import RunWriter
+    from commbench.results.rundir import RunWriter, cannot_create_run
 
     if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
         raise UsageError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' and '-'")
@@ -105,9 +105,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         writer = RunWriter.create(args.results, "import", meta, args.run_id)
     except OSError as e:
-        raise UsageError(
-            f"cannot create a run directory under {args.results}: {e.strerror or e}"
-        ) from None
+        raise UsageError(cannot_create_run(args.results, e)) from None
     try:
         for r in records:
             writer.write(r)

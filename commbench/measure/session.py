@@ -33,7 +33,7 @@ from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
 from commbench.measure.watchdog import Watchdog, outside_guard
-from commbench.results.rundir import RunWriter
+from commbench.results.rundir import RunWriter, cannot_create_run
 from commbench.traffic.layout import host_map
 
 EXIT_INTERRUPTED = 130
@@ -180,10 +180,7 @@ class Session:
             except UsageError as e:
                 outcome = ("error", str(e))
             except OSError as e:
-                outcome = (
-                    "error",
-                    f"cannot create a run directory under {self.opts.results}: {e.strerror or e}",
-                )
+                outcome = ("error", cannot_create_run(self.opts.results, e))
         outcome = self.world.bcast_obj(outcome, root=0)
         if outcome[0] == "error":
             raise UsageError(outcome[1])

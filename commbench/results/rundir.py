@@ -12,6 +12,7 @@ any other bad line is a UsageError naming file:line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -33,14 +34,27 @@ STATUSES = ("running", "complete", "interrupted", "failed", "partial")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file beside `path`, fsync, then rename over it."""
+    """Write JSON to a temp file beside `path`, fsync, then rename over it. A write that
+    fails (a full disk) removes the temp file and raises an OSError naming `path`."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from e
+
+
+def cannot_create_run(root: Path, e: OSError) -> str:
+    """The one line for a run directory that could not be made: the file, when one failed."""
+    if e.filename:
+        return f"cannot write {e.filename}: {e.strerror or e}"
+    return f"cannot create a run directory under {root}: {e.strerror or e}"
 
 
 def write_json_output(path: str | Path, doc: Any, flag: str = "-o") -> Path:
@@ -105,14 +119,26 @@ class RunWriter:
 
     @classmethod
     def create(cls, root: Path, command: str, meta: dict, run_id: str | None = None) -> RunWriter:
-        return cls(new_run_dir(root, command, run_id), meta)
+        """A new run directory with its meta.json; if that cannot be written the directory is
+        removed again, so the same --run-id is free for the retry."""
+        path = new_run_dir(root, command, run_id)
+        try:
+            return cls(path, meta)
+        except OSError:
+            with contextlib.suppress(OSError):
+                (path / RECORDS).unlink(missing_ok=True)
+                path.rmdir()
+            raise
 
     def write(self, record: dict) -> None:
         """Append one record and make it durable before returning."""
         rec = {"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **record}
-        self._f.write(json.dumps(rec, default=_json_default) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        try:
+            self._f.write(json.dumps(rec, default=_json_default) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as e:  # a full disk: say which file
+            raise OSError(e.errno, e.strerror, str(self.path / RECORDS)) from e
         self.count += 1
 
     def mark(self, status: str, **fields: Any) -> None:
