@@ -90,7 +90,7 @@ def test_usage_error_on_every_rank_mid_run(tmp_path):
     job = start(4, *run_args(tmp_path, "uall"), fault="rank=all,point=2,kind=usage")
     out, elapsed = job.down_after(tmp_path / "uall", 2)
     assert out.returncode == 2 and elapsed < DOWN_S, out.output
-    lines = [x for x in out.stderr.splitlines() if x.startswith("commbench:")]
+    lines = [x for x in out.stderr.splitlines() if x.startswith("commbench: error")]
     assert lines == [
         "commbench: error: injected fault 'usage' on every rank at point 2 (COMMBENCH_FAULT)"
     ], out.stderr

@@ -254,3 +254,49 @@ def test_failed_meta_write_leaves_no_litter_and_names_the_file(tmp_path):
     assert not (results / "imp").exists(), list((results / "imp").iterdir())
     again = subprocess.run(argv, capture_output=True, text=True, env=job_env(), cwd=REPO)
     assert again.returncode == 0, again.stdout + again.stderr  # the --run-id is still free
+
+
+# ---- first use on a small box ----
+
+
+def test_more_ranks_than_cores_warns_and_is_recorded(tmp_path):
+    """2 ranks confined to 1 core: every measuring command says the numbers are not
+    meaningful (once, from rank 0) and meta.json keeps it."""
+    import json
+    import subprocess
+
+    from conftest import REPO, commbench_cmd, job_env, mpirun_path
+
+    cmd = [
+        mpirun_path(),
+        "-n",
+        "2",
+        "--oversubscribe",
+        *commbench_cmd(*run_args(tmp_path, "ov", 2)),
+    ]
+    p = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        cwd=REPO,
+        timeout=90,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
+    COUNTS["small boxes"] += 1
+    assert p.returncode == 0, p.stdout + p.stderr
+    warnings = [x for x in p.stderr.splitlines() if x.startswith("commbench: warning:")]
+    assert len(warnings) == 1 and "2 ranks on 1 CPU core" in warnings[0], p.stderr
+    assert "not meaningful" in warnings[0]
+    m = json.loads((tmp_path / "ov" / "meta.json").read_text())
+    assert [o["ranks"] for o in m["oversubscribed"]] == [2] and m["oversubscribed"][0]["cores"] == 1
+
+
+def test_oversubscription_is_per_host_against_the_cores_its_ranks_may_use():
+    from commbench.measure.launch import oversubscribed
+
+    hosts = ["a", "a", "a", "b", "b"]
+    bound = [(0,), (1,), (2,), (0,), (1,)]  # one core each: fine
+    assert oversubscribed(hosts, bound) == []
+    shared = [(0, 1), (0, 1), (0, 1), (0,), (1,)]  # three ranks on host a's two cores
+    assert oversubscribed(hosts, shared) == [{"host": "a", "ranks": 3, "cores": 2}]

@@ -27,7 +27,12 @@ from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
 from commbench.measure import diag
 from commbench.measure.faults import START, Injector
-from commbench.measure.launch import LaunchInfo
+from commbench.measure.launch import (
+    LaunchInfo,
+    oversubscribed,
+    oversubscription_warning,
+    usable_cores,
+)
 from commbench.measure.notice import Notice
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
@@ -102,6 +107,7 @@ class Session:
         self._runner: Runner | None = None
         self.nodes: tuple[int, ...] = ()
         self.hosts: list[str] = []
+        self.oversubscribed: list[dict] = []  # hosts with more ranks than cores
         # a bad spec fails here, before any talk; a self-signal waits for the signal thread
         self.faults = Injector.from_env(launch.rank, settle=self.stop.wait)
         self.notice = Notice()
@@ -148,6 +154,10 @@ class Session:
                 diag.mark("world")
                 self.hosts = self.world.allgather_obj(self.launch.host)
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
+                cores = self.world.allgather_obj(usable_cores())
+                self.oversubscribed = oversubscribed(self.hosts, cores)
+                if (warning := oversubscription_warning(self.oversubscribed)) and self.is_root:
+                    print(warning, file=sys.stderr, flush=True)
                 self._open_run_dir()
         except UsageError as e:  # the run directory's outcome was broadcast: every rank is here
             self._agreed_usage_exit(e)
@@ -212,6 +222,7 @@ class Session:
             "timing": self.timing.timing,
             "timing_loop": self.world.timing_info(),
             "timeout_s": self.opts.timeout_s,
+            **({"oversubscribed": self.oversubscribed} if self.oversubscribed else {}),
         }
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
