@@ -300,3 +300,21 @@ def test_oversubscription_is_per_host_against_the_cores_its_ranks_may_use():
     assert oversubscribed(hosts, bound) == []
     shared = [(0, 1), (0, 1), (0, 1), (0,), (1,)]  # three ranks on host a's two cores
     assert oversubscribed(hosts, shared) == [{"host": "a", "ranks": 3, "cores": 2}]
+
+
+# ---- straggler evidence ----
+
+
+def test_records_and_table_keep_mean_max_and_the_slowest_rank(tmp_path):
+    """A straggler is invisible in the median and p95: every measured record keeps the max
+    iteration and which rank saw it, and the table shows mean and max beside the median."""
+    from reliability import check_intact
+
+    job = start(2, *run_args(tmp_path, "strag", 3))
+    out, _ = job.finish(timeout=90)
+    assert out.returncode == 0, out.output
+    header = next(x for x in out.stdout.splitlines() if "busbw" in x)
+    assert header.split()[7:12] == ["time", "p95", "mean", "max", "slowest"], header
+    for r in check_intact(tmp_path / "strag", points=3).records:
+        assert r["time_min_us"] <= r["time_us"] <= r["time_p95_us"] <= r["time_max_us"]
+        assert r["time_mean_us"] <= r["time_max_us"] and r["slowest_rank"] in (0, 1), r
