@@ -168,7 +168,8 @@ def test_hang_on_one_rank_is_aborted_after_timeout(tmp_path, backend):
     out, waited = job.down_after(tmp_path / "hang", 2)
     assert out.returncode == 3, out.output
     assert waited < timeout + 10, f"aborted {waited:.1f} s after the hang"
-    assert f"no progress for {timeout} s in point 2" in out.stderr
+    assert f"no progress for {timeout} s in point 3" in out.stderr  # numbered as tables are
+    assert "rank 1 never reached point 3 (it is at point 2)" in out.stderr
     m = meta(tmp_path, "hang")
     assert m["status"] == "failed" and "no progress" in m["error"]
     check_intact(tmp_path / "hang", points=2)

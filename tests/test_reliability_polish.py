@@ -318,3 +318,16 @@ def test_records_and_table_keep_mean_max_and_the_slowest_rank(tmp_path):
     for r in check_intact(tmp_path / "strag", points=3).records:
         assert r["time_min_us"] <= r["time_us"] <= r["time_p95_us"] <= r["time_max_us"]
         assert r["time_mean_us"] <= r["time_max_us"] and r["slowest_rank"] in (0, 1), r
+
+
+def test_progress_names_the_rank_that_never_reached_the_point(tmp_path):
+    from commbench.measure.progress import Progress, describe
+
+    boards = [Progress(tmp_path, r, 3) for r in range(3)]
+    for r, last in enumerate((3, 2, 3)):
+        boards[r].reached(last)
+    assert boards[0].behind(3) == [(1, 2)]
+    assert describe(boards[0].behind(3), 3) == "rank 1 never reached point 3 (it is at point 2)"
+    for b in boards:
+        b.close()
+    assert not list(tmp_path.iterdir())  # each rank removes its own file

@@ -150,7 +150,8 @@ class Runner:
         diag.mark("first_point")
         point, self.points = self.points, self.points + 1
         result = None
-        with self._guard(f"point {point}: {step.op} {step.label or ''} on {info.axis}".strip()):
+        # named as tables number points, from 1
+        with self._guard(f"point {point + 1}: {step.op} {step.label or ''} on {info.axis}".strip()):
             self.check_stop()
             self._on_point(point)
             sub = self.group(info)

@@ -34,6 +34,7 @@ from commbench.measure.launch import (
     usable_cores,
 )
 from commbench.measure.notice import Notice
+from commbench.measure.progress import Progress, describe
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
@@ -111,6 +112,7 @@ class Session:
         # a bad spec fails here, before any talk; a self-signal waits for the signal thread
         self.faults = Injector.from_env(launch.rank, settle=self.stop.wait)
         self.notice = Notice()
+        self.progress = Progress()
         self.watchdog = Watchdog(opts.timeout_s, self._timed_out)
         self._saved_signals: dict = {}
 
@@ -164,7 +166,7 @@ class Session:
         except BaseException as e:
             self._fail(e)
         self._runner = Runner(
-            self.world, self.timing, self.watchdog.guard, self.stop.is_set, self.faults.at
+            self.world, self.timing, self.watchdog.guard, self.stop.is_set, self._reached
         )
         return self
 
@@ -196,6 +198,7 @@ class Session:
             raise UsageError(outcome[1])
         if outcome[1]:
             self.notice = Notice(Path(outcome[1]), self.launch.rank)
+            self.progress = Progress(Path(outcome[1]), self.launch.rank, self.world.size)
 
     def meta(self) -> dict:
         """Provenance for meta.json: command, hosts, backend and library versions, env, git."""
@@ -279,15 +282,25 @@ class Session:
             self.writer.finish(status, error)
 
     def _close(self) -> None:
+        self.progress.close()
         if self._runner is not None:
             self._runner.close()
         if self._world is not None:
             self._world.close()
         self._restore_signals()
 
+    def _reached(self, point: int) -> None:
+        """The runner is at `point` (0-based): a planned fault strikes, then the rank says so."""
+        self.faults.at(point)
+        self.progress.reached(point + 1)
+
     def _timeout_message(self, label: str) -> str:
+        who = "a peer died or hung"
+        if self._runner is not None and self._runner.points:
+            point = self._runner.points  # the one under way, numbered from 1
+            who = describe(self.progress.behind(point), point) or who
         return (
-            f"no progress for {self.opts.timeout_s:g} s in {label}: a peer died or hung; "
+            f"no progress for {self.opts.timeout_s:g} s in {label}: {who}; "
             "aborting the job (raise --timeout for slower points)"
         )
 
