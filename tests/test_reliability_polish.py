@@ -331,3 +331,20 @@ def test_progress_names_the_rank_that_never_reached_the_point(tmp_path):
     for b in boards:
         b.close()
     assert not list(tmp_path.iterdir())  # each rank removes its own file
+
+
+def test_an_oom_kill_during_the_run_is_the_recorded_cause(tmp_path, monkeypatch):
+    """A rank the OOM killer takes leaves no notice: rank 0 reads the host's oom_kill count
+    (/proc/vmstat) at the start and when the launcher's SIGTERM comes, and says so."""
+    from commbench.measure import notice
+
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("pgfault 10\noom_kill 4\n")
+    monkeypatch.setattr(notice, "VMSTAT", vmstat)
+    n = notice.Notice(tmp_path, 0)
+    assert n.oom_cause() is None
+    vmstat.write_text("pgfault 12\noom_kill 5\n")
+    cause = n.oom_cause()
+    assert cause and "OOM killer killed 1 process(es)" in cause and "4 -> 5" in cause
+    assert notice.Notice(tmp_path, 1).oom_cause() is None  # only rank 0 records
+    assert notice.oom_kills() == 5

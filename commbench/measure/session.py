@@ -357,7 +357,7 @@ class Session:
                 self.writer.mark("interrupted", stop_signal=name)
                 # ... unless the signal is the launcher tearing the job down after a peer
                 # failed: that peer has told us why.
-                cause = self.notice.poll(wait_s=0.1)
+                cause = self.notice.poll(wait_s=0.1) or self.notice.oom_cause()
                 if cause:
                     self.writer.mark("failed", error=cause)
         if self.is_root:
