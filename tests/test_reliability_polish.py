@@ -348,3 +348,36 @@ def test_an_oom_kill_during_the_run_is_the_recorded_cause(tmp_path, monkeypatch)
     assert cause and "OOM killer killed 1 process(es)" in cause and "4 -> 5" in cause
     assert notice.Notice(tmp_path, 1).oom_cause() is None  # only rank 0 records
     assert notice.oom_kills() == 5
+
+
+# ---- suites on odd world sizes ----
+
+
+@pytest.mark.parametrize("world", [3, 5, 7, 13])
+def test_suite_says_which_runs_an_odd_world_drops_and_why(world):
+    """smoke on a prime world: tp/pp/cp/ep have no degree > 1 that divides it and the model,
+    so they are dropped; each is named with the reason instead of vanishing."""
+    from conftest import run_single
+
+    job = run_single("suite", "smoke", "--dry-run", "--world", str(world))
+    COUNTS["odd world sizes"] += 1
+    assert job.returncode == 0, job.output
+    notes = [x for x in job.stderr.splitlines() if x.startswith("commbench: warning:")]
+    dropped = {p for p in ("tp", "pp", "cp", "ep") if any(f"run {p} " in x for x in notes)}
+    assert dropped == {"tp", "pp", "cp", "ep"}, job.stderr
+    assert all(f"world of {world}" in x and "divide" in x for x in notes), notes
+
+
+def test_no_point_on_an_odd_world_blames_divisibility_not_the_rank_count(tmp_path):
+    from conftest import run_single
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(
+        "runs:\n- pattern: tp\n  models: [{name: t, layers: 2, hidden: 256, ffn_hidden: 512, "
+        "heads: 8}]\n  degrees: {tp: max}\n"
+    )
+    job = run_single("suite", str(suite), "--dry-run", "--world", "3")
+    assert job.returncode == 2, job.output
+    errors = [x for x in job.stderr.splitlines() if x.startswith("commbench: error:")]
+    assert len(errors) == 1 and "at least 2" not in errors[0], job.stderr
+    assert "world of 3" in errors[0] and "divide" in errors[0], errors

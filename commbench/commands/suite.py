@@ -89,10 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ---- preparing (pure, identical on every rank) ----
 def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     """The suite, its points on `world` ranks, and the per-rank byte budget."""
+    from commbench.measure.launch import detect
     from commbench.traffic.bounds import parse_max_bytes
     from commbench.traffic.layout import parse_order
     from commbench.traffic.model import parse_model_arg
-    from commbench.traffic.points import expand
+    from commbench.traffic.points import dropped_runs, expand
     from commbench.traffic.suitefile import (
         Overrides,
         apply_overrides,
@@ -111,6 +112,9 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     )
     suite = apply_overrides(suite, ov)
     points = expand(suite, world, nodes)
+    if detect().rank == 0:
+        for line in dropped_runs(suite, points):
+            print(f"commbench: warning: suite {suite.name}: {line}", file=sys.stderr, flush=True)
     cli_max = parse_max_bytes(args.max_bytes, "--max-bytes") if args.max_bytes else None
     return suite, points, cli_max
 
