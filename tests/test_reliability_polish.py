@@ -381,3 +381,16 @@ def test_no_point_on_an_odd_world_blames_divisibility_not_the_rank_count(tmp_pat
     errors = [x for x in job.stderr.splitlines() if x.startswith("commbench: error:")]
     assert len(errors) == 1 and "at least 2" not in errors[0], job.stderr
     assert "world of 3" in errors[0] and "divide" in errors[0], errors
+
+
+def test_a_config_two_runs_share_is_measured_once():
+    """`suite ep --set router=zipf`: ep-router's sweep collapses onto zipf, which ep-capacity's
+    default capacity factor also measures; the same configuration must not run twice."""
+    from commbench.traffic.points import expand
+    from commbench.traffic.suitefile import Overrides, apply_overrides, load_suite
+
+    suite = apply_overrides(load_suite("ep"), Overrides(options={"router": "zipf"}))
+    points = expand(suite, 8)
+    keys = [(p.run.pattern, p.model, p.layout, p.options) for p in points]
+    assert len(keys) == len(set(keys)), "a configuration is measured twice"
+    assert [p.index for p in points] == list(range(1, len(points) + 1))

@@ -104,14 +104,20 @@ def _layouts(run: RunSpec, model: ModelShape | None, world: int, opts: Any) -> l
 
 def expand(suite: Suite, world: int, nodes: tuple[int, ...] = ()) -> list[Point]:
     """Every point of the suite on `world` ranks, with its Program built (pure; identical on
-    every rank). Points without traffic (e.g. dp = 1 for a dp run) are left out."""
+    every rank). Points without traffic (e.g. dp = 1 for a dp run) are left out, and so is a
+    configuration an earlier run already has (two runs that overrides make alike)."""
     points: list[Point] = []
+    seen: set[tuple] = set()
     for run in suite.runs:
         for model in run.models or (None,):
             for swept in _sweeps(run):
                 opts = patterns.make_options(run.pattern, {**run.options, **swept}, run.where)
                 for d in _layouts(run, model, world, opts):
                     layout = ParallelLayout(world, order=run.order, nodes=nodes, **d)
+                    key = (run.pattern, model, layout, opts)
+                    if key in seen:
+                        continue
+                    seen.add(key)
                     try:
                         program = patterns.build(run.pattern, layout, model, opts)
                     except UsageError as e:
@@ -150,8 +156,10 @@ def why_dropped(run: RunSpec, world: int) -> str:
             opts = patterns.make_options(run.pattern, {**run.options, **swept}, run.where)
             fits |= {d.get(axis, 1) for d in _layouts(run, model, world, opts)}
     name = f"run {run.name} ({run.where})"
-    if axis is None or not fits:
+    if not fits:
         return f"{name}: no layout fits a world of {world} (its degrees must divide the world)"
+    if axis is None or max(fits) > 1:
+        return f"{name}: each of its configurations is an earlier run's, measured there once"
     degrees = ",".join(map(str, sorted(fits)))
     return (
         f"{name}: on a world of {world} only {axis}={degrees} fits (a degree must divide the "
