@@ -394,3 +394,25 @@ def test_a_config_two_runs_share_is_measured_once():
     keys = [(p.run.pattern, p.model, p.layout, p.options) for p in points]
     assert len(keys) == len(set(keys)), "a configuration is measured twice"
     assert [p.index for p in points] == list(range(1, len(points) + 1))
+
+
+def test_suite_step_lines_have_a_header_and_scaled_is_not_extrapolated(tmp_path):
+    """The per-step lines under each point get a header naming their columns; a step measured
+    as a chunk and scaled up is `scaled`, leaving `extrapolated` to predictions beyond a
+    calibration (plan, validate)."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text(
+        "timing: {budget: 0.01, min_iters: 2, max_iters: 3}\nmax_bytes: 64K\nruns:\n"
+        "- pattern: tp\n  models: [{name: t, layers: 2, hidden: 256, ffn_hidden: 512, heads: 8,"
+        " seq_len: 256}]\n  degrees: {tp: 2}\n"
+    )
+    job = start(2, "suite", str(suite), "--results", str(tmp_path), "--run-id", "hdr")
+    out, _ = job.finish(timeout=120)
+    assert out.returncode == 0, out.output
+    lines = out.stdout.splitlines()
+    first_step = next(i for i, x in enumerate(lines) if x.startswith("#   allreduce"))
+    header = lines[first_step - 1]
+    assert header.startswith("#   op ") and "per op" in header and "share" in header, header
+    table_head = next(x for x in lines if x.lstrip("# ").startswith("point"))
+    assert "scaled" in table_head and "extrap" not in table_head, table_head
+    assert "extrapolated" not in out.stdout, out.stdout

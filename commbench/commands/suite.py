@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-bytes",
         default=None,
         help="per-rank buffer budget; larger steps run a measured chunk scaled by count "
-        f"(marked extrapolated) (default: the suite's, else {DEFAULT_MAX_BYTES >> 20}M)",
+        f"(marked scaled) (default: the suite's, else {DEFAULT_MAX_BYTES >> 20}M)",
     )
     g.add_argument(
         "--model",
@@ -204,8 +204,14 @@ def point_columns():
         Column("bytes", "(/rank)", 10),
         Column("busbw", "(GB/s)", 8, ".3f"),
         Column("#wrong", "", 6),
-        Column("extrap", "", 6),
+        Column("scaled", "", 6),  # a step measured as a chunk, its time scaled by the count
     ]
+
+
+STEP_HEADER = (
+    f"#   {'op':<14} {'axis':<8} {'groups':<7} {'link':<5} {'bytes':>10} x {'repeat':<7} "
+    f"{'phase':<17} {'per op':>16} {'total':>14} {'share':>6} busbw (GB/s)  [how measured]"
+)
 
 
 def breakdown_lines(
@@ -329,6 +335,8 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
                 totals.wrong if first_timing.check else "N/A",
                 "yes" if totals.extrapolated else "-",
             )
+            if pt is points[0]:
+                s.say(STEP_HEADER)  # the lines under each point: one per measured step
             for line in breakdown_lines(pt, pl, results, totals):
                 s.say(line)
             facts = point_facts(pt, totals)
