@@ -416,3 +416,31 @@ def test_suite_step_lines_have_a_header_and_scaled_is_not_extrapolated(tmp_path)
     table_head = next(x for x in lines if x.lstrip("# ").startswith("point"))
     assert "scaled" in table_head and "extrap" not in table_head, table_head
     assert "extrapolated" not in out.stdout, out.stdout
+
+
+# ---- report and console: what is shown as good must be good ----
+
+
+def _link(err: float) -> dict:
+    fit = {"alpha_s": 2e-6, "busbw_GBps": 5.0, "median_rel_err": err, "max_rel_err": 2 * err}
+    return {
+        "backend": "mpi",
+        "link_class": "intra",
+        "timing": "per-iteration",
+        "group_sizes": [2, 4],
+        "ops": ["allreduce"],
+        "best_model": "ring",
+        "ties": [],
+        "models": {"ring": fit, "tree": {**fit, "median_rel_err": err * 1.5}},
+    }
+
+
+def test_a_link_model_no_better_than_a_guess_is_not_marked_best():
+    from commbench.tables import link_notes, link_rows
+
+    good, bad = _link(0.04), _link(0.94)
+    assert [r[-1] for r in link_rows([good])] == ["*", ""]
+    assert [r[-1] for r in link_rows([bad])] == ["?", ""]  # the least bad, not "best"
+    note = link_notes([bad])[0]
+    assert "no model fits" in note and "94%" in note, note
+    assert "no model fits" not in link_notes([good])[0]
