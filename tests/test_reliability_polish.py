@@ -444,3 +444,50 @@ def test_a_link_model_no_better_than_a_guess_is_not_marked_best():
     note = link_notes([bad])[0]
     assert "no model fits" in note and "94%" in note, note
     assert "no model fits" not in link_notes([good])[0]
+
+
+def _loads(n: int):
+    from commbench.report.inputs import EPLoad
+
+    return [
+        EPLoad(
+            label=f"router{i}",
+            experts=[10 + i, 10, 10, 10],
+            per_rank=[20 + i, 20],
+            imbalance=1.0 + i / 10,
+            router_imbalance=None,
+            dropped=None,
+            capacity=None,
+        )
+        for i in range(n)
+    ]
+
+
+def test_ep_imbalance_figure_draws_a_readable_number_of_series():
+    """21 routers' loads as 21 hair-thin bars per expert read as nothing: the figure keeps the
+    few that tell (most imbalanced, and the most balanced as the baseline) and says so."""
+    from commbench.report.figures.strategies import MAX_EP_SERIES, ep_load, ep_series
+
+    shown = ep_series(_loads(21))
+    assert len(shown) == MAX_EP_SERIES <= 6
+    assert shown[0].label == "router20" and "router0" in [s.label for s in shown]
+    fig = ep_load(_loads(21))
+    assert f"{MAX_EP_SERIES} of 21" in fig.caption, fig.caption
+
+
+def test_strategy_bars_put_models_of_different_scale_in_their_own_panels():
+    """A toy model's ms bars beside llama-70b's seconds on one axis are invisible slivers:
+    each (strategy, model) gets its own panel and unit."""
+    from commbench.report.figures.strategies import panels
+    from commbench.report.inputs import PointRow
+
+    rows = [
+        PointRow(run_id="r", index=1, pattern="tp", model="tiny", config="tp2", options="-",
+                 time_us=800.0, breakdown={"allreduce@tp": 800.0}),
+        PointRow(run_id="r", index=2, pattern="tp", model="llama-70b", config="tp8",
+                 options="-", time_us=4e6, breakdown={"allreduce@tp": 4e6}),
+    ]  # fmt: skip
+    assert [(p, [r.model for r in mine]) for p, mine in panels(rows)] == [
+        ("tp, tiny", ["tiny"]),
+        ("tp, llama-70b", ["llama-70b"]),
+    ]
