@@ -491,3 +491,22 @@ def test_strategy_bars_put_models_of_different_scale_in_their_own_panels():
         ("tp, tiny", ["tiny"]),
         ("tp, llama-70b", ["llama-70b"]),
     ]
+
+
+def test_measured_line_does_not_join_points_of_different_runs(tmp_path):
+    """Two runs of the same series at different sizes: each gets its own median line; one
+    line through both would invent a curve nobody measured."""
+    import fit_samples
+
+    from commbench.report.inputs import curves
+    from commbench.results.rundir import read_run
+
+    a = fit_samples.collective_records("allreduce", 4, 5e-6, 1e-9, sizes=(8, 64, 512))
+    b = fit_samples.collective_records("allreduce", 4, 5e-6, 1e-9, sizes=(1024, 8192))
+    fit_samples.write_run(tmp_path, "a", a)
+    fit_samples.write_run(tmp_path, "b", b)
+    (curve,) = curves([read_run(tmp_path / "a"), read_run(tmp_path / "b")])[0]
+    assert [(run, list(x)) for run, x, _ in curve.lines()] == [
+        ("a", [8.0, 64.0, 512.0]),
+        ("b", [1024.0, 8192.0]),
+    ]
