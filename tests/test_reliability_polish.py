@@ -510,3 +510,20 @@ def test_measured_line_does_not_join_points_of_different_runs(tmp_path):
         ("a", [8.0, 64.0, 512.0]),
         ("b", [1024.0, 8192.0]),
     ]
+
+
+def test_a_long_plan_says_how_far_it_is_on_stderr(monkeypatch, capsys):
+    """Past a few seconds the planner's loops print progress, on stderr (stdout stays the
+    table or JSON a pipeline reads)."""
+    from commbench.plan import progress
+
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    p = progress.Progress(3, "priced")
+    for i in range(3):
+        p.tick(i)
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1].startswith("# plan: priced 2 of 3 ("), err
+    monkeypatch.setattr(progress, "QUIET_S", 60.0)
+    progress.Progress(3, "priced").tick(1)
+    assert capsys.readouterr().err == ""  # a quick plan says nothing
