@@ -7,6 +7,7 @@ inputs that scale work without a bound, litter and wording, first use on a small
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -527,3 +528,34 @@ def test_a_long_plan_says_how_far_it_is_on_stderr(monkeypatch, capsys):
     monkeypatch.setattr(progress, "QUIET_S", 60.0)
     progress.Progress(3, "priced").tick(1)
     assert capsys.readouterr().err == ""  # a quick plan says nothing
+
+
+def test_fuzz_sweep_bounds():
+    """Any -b/-e/-f/-i: at most MAX_SWEEP_SIZES sizes, ascending within [b, e], or one-line
+    usage error; never a runaway loop (each call well under a second)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from commbench.errors import UsageError
+    from commbench.sizes import MAX_SWEEP_SIZES, sweep
+
+    sizes = st.integers(1, 1 << 44)
+
+    @settings(max_examples=300, deadline=1000)
+    @given(
+        b=sizes,
+        e=sizes,
+        f=st.floats(0.5, 64) | st.sampled_from([1.0, 1.0001, 1.001, math.inf, math.nan]),
+        i=st.integers(0, 1 << 30) | st.sampled_from([0, 1, 8]),
+    )
+    def check(b, e, f, i):
+        COUNTS["bounds fuzzed"] += 1
+        try:
+            out = sweep(b, e, f, i)
+        except UsageError as err:
+            assert str(err) and "\n" not in str(err)
+            return
+        assert 1 <= len(out) <= MAX_SWEEP_SIZES and out == sorted(out)
+        assert out[0] == b and out[-1] <= e
+
+    check()
