@@ -33,6 +33,10 @@ META = "meta.json"
 STATUSES = ("running", "complete", "interrupted", "failed", "partial")
 
 
+class WriteError(OSError):
+    """A file of a run could not be written (a full disk): the OSError, naming the file."""
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temp file beside `path`, fsync, then rename over it. A write that
     fails (a full disk) removes the temp file and raises an OSError naming `path`."""
@@ -47,12 +51,12 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except OSError as e:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from e
+        raise WriteError(e.errno, e.strerror, str(path)) from e
 
 
 def cannot_create_run(root: Path, e: OSError) -> str:
     """The one line for a run directory that could not be made: the file, when one failed."""
-    if e.filename:
+    if isinstance(e, WriteError):
         return f"cannot write {e.filename}: {e.strerror or e}"
     return f"cannot create a run directory under {root}: {e.strerror or e}"
 
@@ -138,7 +142,7 @@ class RunWriter:
             self._f.flush()
             os.fsync(self._f.fileno())
         except OSError as e:  # a full disk: say which file
-            raise OSError(e.errno, e.strerror, str(self.path / RECORDS)) from e
+            raise WriteError(e.errno, e.strerror, str(self.path / RECORDS)) from e
         self.count += 1
 
     def mark(self, status: str, **fields: Any) -> None:
