@@ -43,6 +43,7 @@ def test_rank_stopped_before_mpi_init_is_timed_out(tmp_path):
     assert f"no progress for {timeout} s in start-up" in out.stderr, out.output
     assert "Traceback" not in out.output
     assert elapsed < timeout + 30  # start-up on 2 shared cores
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- failure and warning lines in imported logs ----
@@ -110,6 +111,7 @@ def test_imported_log_that_failed_is_marked_failed(tmp_path, tool, sample, flags
     first = tail.splitlines()[0 if "failure" in tail else 1].strip()
     assert m["error"].startswith(f"{log}:") and first in m["error"], m["error"]
     assert "failed" in job.stderr and str(log) in job.stderr, job.output
+    COUNTS["first-use findings held"] += 1
 
 
 def test_nccl_warn_lines_inside_the_table_mark_the_run_partial(tmp_path):
@@ -124,6 +126,7 @@ def test_nccl_warn_lines_inside_the_table_mark_the_run_partial(tmp_path):
     m = _meta(tmp_path)
     assert m["status"] == "partial" and m["warnings"] == [f"{log}:{at + 1}: {warn}"], m
     assert "NCCL WARN" in job.stderr and "partial" in job.stderr, job.output
+    COUNTS["first-use findings held"] += 1
 
 
 def test_nccl_tests_log_with_timestamps_imports(tmp_path):
@@ -143,6 +146,7 @@ def test_nccl_tests_log_with_timestamps_imports(tmp_path):
     assert job.returncode == 0, job.output
     assert "# imported 50 records" in job.stdout, job.output
     assert _meta(tmp_path)["status"] == "complete"
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- a diagnostics directory that cannot be written ----
@@ -166,6 +170,7 @@ def test_unwritable_diag_dir_keeps_the_exit_status(argv, code):
         "commbench: warning: COMMBENCH_DIAG_DIR=/proc/commbench-diag: cannot write rank-0.json "
         "(No such file or directory)"
     ], job.stderr
+    COUNTS["first-use findings held"] += 1
 
 
 def test_unwritable_diag_dir_on_a_complete_run(tmp_path):
@@ -175,6 +180,7 @@ def test_unwritable_diag_dir_on_a_complete_run(tmp_path):
     from reliability import meta
 
     assert meta(tmp_path, "diag")["status"] == "complete"
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- wording: messages speak flags, not Python; numbers as users write them ----
@@ -199,6 +205,7 @@ def test_plan_on_a_narrow_calibration_names_the_flag(tmp_path):
         errors = [x for x in job.stderr.splitlines() if x.startswith("commbench: error:")]
         assert len(errors) == 1 and "--extrapolate" in errors[0], job.output
     assert "step 0\n" not in job.stdout and "step -" in job.stdout, job.stdout
+    COUNTS["first-use findings held"] += 1
 
 
 def test_set_takes_a_float_in_exponent_notation():
@@ -209,6 +216,7 @@ def test_set_takes_a_float_in_exponent_notation():
     COUNTS["wording checks"] += 1
     assert job.returncode == 0, job.output
     assert "forward_s=1e+06" in job.stdout, job.stdout  # 1e9 ms of forward per micro-batch
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- litter: a write that fails leaves nothing behind and names its file ----
@@ -255,6 +263,7 @@ def test_failed_meta_write_leaves_no_litter_and_names_the_file(tmp_path):
     assert not (results / "imp").exists(), list((results / "imp").iterdir())
     again = subprocess.run(argv, capture_output=True, text=True, env=job_env(), cwd=REPO)
     assert again.returncode == 0, again.stdout + again.stderr  # the --run-id is still free
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- first use on a small box ----
@@ -291,6 +300,7 @@ def test_more_ranks_than_cores_warns_and_is_recorded(tmp_path):
     assert "not meaningful" in warnings[0]
     m = json.loads((tmp_path / "ov" / "meta.json").read_text())
     assert [o["ranks"] for o in m["oversubscribed"]] == [2] and m["oversubscribed"][0]["cores"] == 1
+    COUNTS["first-use findings held"] += 1
 
 
 def test_oversubscription_is_per_host_against_the_cores_its_ranks_may_use():
@@ -301,6 +311,7 @@ def test_oversubscription_is_per_host_against_the_cores_its_ranks_may_use():
     assert oversubscribed(hosts, bound) == []
     shared = [(0, 1), (0, 1), (0, 1), (0,), (1,)]  # three ranks on host a's two cores
     assert oversubscribed(hosts, shared) == [{"host": "a", "ranks": 3, "cores": 2}]
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- straggler evidence ----
@@ -319,6 +330,7 @@ def test_records_and_table_keep_mean_max_and_the_slowest_rank(tmp_path):
     for r in check_intact(tmp_path / "strag", points=3).records:
         assert r["time_min_us"] <= r["time_us"] <= r["time_p95_us"] <= r["time_max_us"]
         assert r["time_mean_us"] <= r["time_max_us"] and r["slowest_rank"] in (0, 1), r
+    COUNTS["first-use findings held"] += 1
 
 
 def test_progress_names_the_rank_that_never_reached_the_point(tmp_path):
@@ -332,6 +344,7 @@ def test_progress_names_the_rank_that_never_reached_the_point(tmp_path):
     for b in boards:
         b.close()
     assert not list(tmp_path.iterdir())  # each rank removes its own file
+    COUNTS["first-use findings held"] += 1
 
 
 def test_an_oom_kill_during_the_run_is_the_recorded_cause(tmp_path, monkeypatch):
@@ -349,6 +362,7 @@ def test_an_oom_kill_during_the_run_is_the_recorded_cause(tmp_path, monkeypatch)
     assert cause and "OOM killer killed 1 process(es)" in cause and "4 -> 5" in cause
     assert notice.Notice(tmp_path, 1).oom_cause() is None  # only rank 0 records
     assert notice.oom_kills() == 5
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- suites on odd world sizes ----
@@ -367,6 +381,7 @@ def test_suite_says_which_runs_an_odd_world_drops_and_why(world):
     dropped = {p for p in ("tp", "pp", "cp", "ep") if any(f"run {p} " in x for x in notes)}
     assert dropped == {"tp", "pp", "cp", "ep"}, job.stderr
     assert all(f"world of {world}" in x and "divide" in x for x in notes), notes
+    COUNTS["first-use findings held"] += 1
 
 
 def test_no_point_on_an_odd_world_blames_divisibility_not_the_rank_count(tmp_path):
@@ -382,6 +397,7 @@ def test_no_point_on_an_odd_world_blames_divisibility_not_the_rank_count(tmp_pat
     errors = [x for x in job.stderr.splitlines() if x.startswith("commbench: error:")]
     assert len(errors) == 1 and "at least 2" not in errors[0], job.stderr
     assert "world of 3" in errors[0] and "divide" in errors[0], errors
+    COUNTS["first-use findings held"] += 1
 
 
 def test_a_config_two_runs_share_is_measured_once():
@@ -395,6 +411,7 @@ def test_a_config_two_runs_share_is_measured_once():
     keys = [(p.run.pattern, p.model, p.layout, p.options) for p in points]
     assert len(keys) == len(set(keys)), "a configuration is measured twice"
     assert [p.index for p in points] == list(range(1, len(points) + 1))
+    COUNTS["first-use findings held"] += 1
 
 
 def test_suite_step_lines_have_a_header_and_scaled_is_not_extrapolated(tmp_path):
@@ -417,6 +434,7 @@ def test_suite_step_lines_have_a_header_and_scaled_is_not_extrapolated(tmp_path)
     table_head = next(x for x in lines if x.lstrip("# ").startswith("point"))
     assert "scaled" in table_head and "extrap" not in table_head, table_head
     assert "extrapolated" not in out.stdout, out.stdout
+    COUNTS["first-use findings held"] += 1
 
 
 # ---- report and console: what is shown as good must be good ----
@@ -445,6 +463,7 @@ def test_a_link_model_no_better_than_a_guess_is_not_marked_best():
     note = link_notes([bad])[0]
     assert "no model fits" in note and "94%" in note, note
     assert "no model fits" not in link_notes([good])[0]
+    COUNTS["first-use findings held"] += 1
 
 
 def _loads(n: int):
@@ -474,6 +493,7 @@ def test_ep_imbalance_figure_draws_a_readable_number_of_series():
     assert shown[0].label == "router20" and "router0" in [s.label for s in shown]
     fig = ep_load(_loads(21))
     assert f"{MAX_EP_SERIES} of 21" in fig.caption, fig.caption
+    COUNTS["first-use findings held"] += 1
 
 
 def test_strategy_bars_put_models_of_different_scale_in_their_own_panels():
@@ -492,6 +512,7 @@ def test_strategy_bars_put_models_of_different_scale_in_their_own_panels():
         ("tp, tiny", ["tiny"]),
         ("tp, llama-70b", ["llama-70b"]),
     ]
+    COUNTS["first-use findings held"] += 1
 
 
 def test_measured_line_does_not_join_points_of_different_runs(tmp_path):
@@ -511,6 +532,7 @@ def test_measured_line_does_not_join_points_of_different_runs(tmp_path):
         ("a", [8.0, 64.0, 512.0]),
         ("b", [1024.0, 8192.0]),
     ]
+    COUNTS["first-use findings held"] += 1
 
 
 def test_a_long_plan_says_how_far_it_is_on_stderr(monkeypatch, capsys):
@@ -528,6 +550,7 @@ def test_a_long_plan_says_how_far_it_is_on_stderr(monkeypatch, capsys):
     monkeypatch.setattr(progress, "QUIET_S", 60.0)
     progress.Progress(3, "priced").tick(1)
     assert capsys.readouterr().err == ""  # a quick plan says nothing
+    COUNTS["first-use findings held"] += 1
 
 
 def test_fuzz_sweep_bounds():
@@ -559,3 +582,4 @@ def test_fuzz_sweep_bounds():
         assert out[0] == b and out[-1] <= e
 
     check()
+    COUNTS["first-use findings held"] += 1
