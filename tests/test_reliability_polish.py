@@ -583,3 +583,17 @@ def test_fuzz_sweep_bounds():
 
     check()
     COUNTS["first-use findings held"] += 1
+
+
+def test_a_step_split_into_too_many_pieces_is_refused():
+    """`--max-bytes` at its floor on a suite of GiB-sized steps: a 9 GiB all-to-all timed as
+    one 64 KiB chunk scaled 147456 times (or a pipeline message sent in as many pieces) is
+    not a measurement; the bound on pieces names the --max-bytes that would do."""
+    from conftest import run_single
+
+    job = run_single("suite", "ep", "--dry-run", "--world", "8", "--max-bytes", "64K")
+    assert job.returncode == 2, job.output
+    errors = [x for x in job.stderr.splitlines() if x.startswith("commbench: error:")]
+    assert len(errors) == 1 and "pieces" in errors[0] and "at most 4096" in errors[0], job.stderr
+    assert "raise --max-bytes to at least" in errors[0], errors
+    COUNTS["first-use findings held"] += 1

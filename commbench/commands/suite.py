@@ -266,6 +266,10 @@ def main(args: argparse.Namespace) -> int:
         return 0
     suite, points, cli_max = load(args, world)
     opts = common.session_options(args, "suite", launch)
+    from commbench.traffic.execution import plan
+
+    for pt in points:  # its bounds (pieces per step) fail here, before any communication
+        plan(pt.program, pt.layout, opts.backend, max_bytes_for(pt, cli_max))
     runs = list(dict.fromkeys(pt.run for pt in points))
     timings = {id(r): timing_for(args, r) for r in runs}
     return measure(args, suite, points, cli_max, opts, launch, timings)

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from commbench.errors import UsageError
 from commbench.sizes import format_size, parse_size
+
+if TYPE_CHECKING:
+    from commbench.traffic.program import Step
 
 MAX_SUITE_FILE_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 8
 MAX_SWEEP_COMBINATIONS = 1000  # one run's sweep: the product of its value lists
 MAX_SUITE_POINTS = 5000  # one suite on one world, after degrees and models multiply
 MIN_MAX_BYTES = 64 << 10  # a smaller chunk times latency, not the step it stands for
+MAX_PIECES = 4096  # a step measured as 1/N and scaled, or a message sent in N pieces
 # ModelShape fields that drive loops (layers, experts) or the memory arithmetic.
 SHAPE_BOUNDS = {
     "layers": 4096,
@@ -82,6 +87,18 @@ def check_shape(name: str, values: dict[str, object]) -> None:
                 f"model {name}: {f} {value} is over the bound of {bound} (the largest shape "
                 "commbench builds traffic and memory for)"
             )
+
+
+def check_pieces(pieces: int, step: Step, max_bytes: int | None) -> None:
+    """A step fits --max-bytes in at most MAX_PIECES pieces (or chunks scaled up)."""
+    if pieces > MAX_PIECES:
+        need = math.ceil(pieces / MAX_PIECES) * (max_bytes or 0)
+        raise UsageError(
+            f"{step.op} {step.label or ''} on {step.axis}: {format_size(step.nbytes)} per rank "
+            f"is {pieces} pieces of --max-bytes {format_size(max_bytes or 0)}, at most "
+            f"{MAX_PIECES} (a step timed as a tiny chunk, or sent in as many pieces, is not "
+            f"the step): raise --max-bytes to at least {format_size(need)}"
+        )
 
 
 def parse_max_bytes(text: str | int, what: str) -> int:
