@@ -7,6 +7,9 @@ import re
 
 from commbench.errors import UsageError
 
+# One sweep measures at most this many sizes: nccl-tests' -b 8 -e 16G -f 2 is 32; a factor of
+# 1.0001 or a step of 8 B would be millions of points, hours before anything useful prints.
+MAX_SWEEP_SIZES = 1000
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
@@ -41,8 +44,15 @@ def sweep(begin: int, end: int, factor: float = 2.0, step: int = 0) -> list[int]
         raise UsageError(f"size increment {step} must be positive")
     if step == 0 and not (factor > 1 and math.isfinite(factor)):
         raise UsageError(f"size factor {factor} must be a finite number greater than 1")
-    sizes, size = [], begin
+    sizes: list[int] = []
+    size = begin
     while size <= end:
+        if len(sizes) == MAX_SWEEP_SIZES:
+            how = f"plus {format_size(step)}" if step else f"times {factor:g}"
+            raise UsageError(
+                f"{format_size(begin)} to {format_size(end)} {how} is over {MAX_SWEEP_SIZES} "
+                "sizes (the bound of one sweep): use a larger factor or step, or list --sizes"
+            )
         sizes.append(size)
         size = size + step if step else max(int(size * factor), size + 1)
     return sizes
@@ -53,6 +63,10 @@ def parse_sizes(text: str) -> list[int]:
     parts = [p for p in str(text).split(",") if p.strip()]
     if not parts:
         raise UsageError("--sizes is empty: give a comma-separated list such as 8,1K,1M")
+    if len(parts) > MAX_SWEEP_SIZES:
+        raise UsageError(
+            f"--sizes: {len(parts)} sizes, over {MAX_SWEEP_SIZES} (the bound of one sweep)"
+        )
     return sorted({parse_size(p, "size") for p in parts})
 
 

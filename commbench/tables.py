@@ -151,10 +151,20 @@ LINKS = TableSpec(
     "link table: one (alpha, beta) per link, jointly over ops and group sizes; "
     "time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005); busbw = 1/beta",
 )
+# A link whose best model misses its points by more than this (median relative error) has no
+# model that explains it: it is shown as the least bad ("?"), never as best.
+LINK_FIT_OK = 0.25
 LINK_LEGEND = (
     "best: * (= ties within 1%; the first of ring, tree, rabenseifner, pairwise wins a tie); "
+    f"?: the least bad where no model is within {LINK_FIT_OK:.0%} median error; "
     "group sizes and ops per link:"
 )
+
+
+def _fits(entry: dict) -> bool:
+    """The link's best model explains its points (a reference's models carry no errors)."""
+    err = entry["models"][entry["best_model"]].get("median_rel_err")
+    return err is None or err <= LINK_FIT_OK
 
 
 def link_rows(link_table: list[dict]) -> list[list]:
@@ -163,7 +173,8 @@ def link_rows(link_table: list[dict]) -> list[list]:
     rows = []
     for e in link_table:
         for name, m in e["models"].items():
-            mark = "*" if name == e["best_model"] else ("=" if name in e.get("ties", []) else "")
+            best = "*" if _fits(e) else "?"
+            mark = best if name == e["best_model"] else ("=" if name in e.get("ties", []) else "")
             rows.append(
                 [
                     e["backend"],
@@ -186,6 +197,13 @@ def link_notes(link_table: list[dict]) -> list[str]:
     """Per link: the group sizes and ops it was fitted over, and its note."""
     return [
         f"{e['backend']}/{e['link_class']}/{e['timing']}: p = {e.get('group_sizes', [])}, ops = "
-        f"{', '.join(e.get('ops', []))}" + (f" ({e['note']})" if e.get("note") else "")
+        f"{', '.join(e.get('ops', []))}"
+        + (f" ({e['note']})" if e.get("note") else "")
+        + (
+            ""
+            if _fits(e)
+            else f" (no model fits: the least bad, {e['best_model']}, misses by "
+            f"{e['models'][e['best_model']]['median_rel_err']:.0%} median; do not price from it)"
+        )
         for e in link_table
     ]

@@ -788,6 +788,88 @@ REPORT: list[BadInput] = [
     ),
 ]
 
+# Inputs that scale work or memory (issue 19): each has a stated bound, and a typo past it
+# is one line at once, not an hour of work before the first header.
+
+
+def _includes(depth: int) -> Callable[[Path], None]:
+    """s.yaml includes i1.yaml, which includes i2.yaml, ... `depth` levels down."""
+
+    def setup(tmp: Path) -> None:
+        (tmp / "s.yaml").write_text("include: [i1.yaml]\n")
+        for k in range(1, depth):
+            (tmp / f"i{k}.yaml").write_text(f"include: [i{k + 1}.yaml]\n")
+        (tmp / f"i{depth}.yaml").write_text("runs: [{pattern: collectives}]\n")
+
+    return setup
+
+
+DRY4 = ("--dry-run", "--world", "4")
+BOUNDS: list[BadInput] = [
+    BadInput(
+        "bound-run-factor-near-1",
+        ("run", "allreduce", "-b", "8", "-e", "16M", "-f", "1.0001"),
+        r"8 B to 16 MiB times 1.0001 is over 1000 sizes \(the bound of one sweep\)",
+    ),
+    BadInput(
+        "bound-run-stepbytes-small",
+        ("run", "allreduce", "-b", "8", "-e", "16M", "-i", "8"),
+        r"8 B to 16 MiB plus 8 B is over 1000 sizes \(the bound of one sweep\)",
+    ),
+    BadInput(
+        "bound-run-explicit-sizes",
+        ("run", "allreduce", "--sizes", ",".join(str(8 * (i + 1)) for i in range(1001))),
+        r"--sizes: 1001 sizes, over 1000 \(the bound of one sweep\)",
+    ),
+    BadInput(
+        "bound-suite-set-factor",
+        ("suite", "collectives", *DRY4, "--set", "factor=1.0001"),
+        r"is over 1000 sizes \(the bound of one sweep\)",
+    ),
+    BadInput(
+        "bound-suite-sweep-product",
+        ("suite", Y, *DRY4),
+        r"s.yaml: runs\[0\].sweep: 1000 x 1000 = 1000000 combinations, over 1000",
+        setup=lambda tmp: _yaml(
+            "runs:\n- pattern: collectives\n  sweep:\n"
+            f"    min_bytes: [{', '.join(str(i + 1) for i in range(1000))}]\n"
+            f"    max_bytes: [{', '.join(str(2000 + i) for i in range(1000))}]\n"
+        )(tmp),
+    ),
+    BadInput(
+        "bound-suite-include-depth",
+        ("suite", Y, *DRY4),
+        r"i9.yaml: includes nested deeper than 8 levels",
+        setup=_includes(10),
+    ),
+    BadInput(
+        "bound-suite-file-size",
+        ("suite", Y, *DRY4),
+        r"s.yaml: 2.0 MiB, over the 1 MiB a suite file may have",
+        setup=_yaml("# padding\n" * ((2 << 20) // 10) + "runs: [{pattern: collectives}]\n"),
+    ),
+    BadInput(
+        "bound-suite-max-bytes-tiny",
+        ("suite", "tp", *DRY4, "--max-bytes", "1"),
+        r"--max-bytes 1: at least 64 KiB",
+    ),
+    BadInput(
+        "bound-plan-gpus",
+        ("plan", "--model", "llama-7b", "--gpus", "100000000"),
+        r"--gpus 100000000: at most 65536",
+    ),
+    BadInput(
+        "bound-model-layers",
+        ("suite", "tp", *DRY4, "--model", "llama-7b:layers=1000000000"),
+        r"model llama-7b: layers 1000000000 is over the bound of 4096",
+    ),
+    BadInput(
+        "bound-model-seq-len",
+        ("plan", "--model", "llama-7b:seq_len=100000000000", "--gpus", "8"),
+        r"model llama-7b: seq_len 100000000000 is over the bound of 16777216",
+    ),
+]
+
 # Every command's rows; new commands append theirs here. fit, import, export, plan, validate
 # and report never communicate: they run as one plain process.
 BAD_INPUTS: list[BadInput] = [
@@ -796,6 +878,6 @@ BAD_INPUTS: list[BadInput] = [
     *LIST,
     *(
         dataclasses.replace(row, ranks=1)
-        for row in (*FIT, *IMPORT, *EXPORT, *PLAN, *VALIDATE, *REPORT)
+        for row in (*FIT, *IMPORT, *EXPORT, *PLAN, *VALIDATE, *REPORT, *BOUNDS)
     ),
 ]

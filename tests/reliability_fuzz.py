@@ -364,6 +364,69 @@ def read_log(tool: str):
     return reader
 
 
+# Lines the tools and their launchers print when a run fails or warns: a log holding one is a
+# failed (or partial) run, never a complete one.
+FAILURE_LINES = {
+    "nccl-tests": [
+        "dgx-a00: Test NCCL failure common.cu:1023 'unhandled system error / connect failed'",
+        "dgx-a00: Test CUDA failure common.cu:892 'out of memory'",
+        "# Out of bounds values : 12 FAILED",
+    ],
+    "mpi": [
+        "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD",
+        "prterun noticed that process rank 3 with PID 4242 on node cn01 exited on",
+        "mpirun noticed that process rank 0 with PID 17 on node n1 exited on signal 9 (Killed).",
+        "[cn01:04242] *** Process received signal ***",
+        "Abort(1) on node 2 (rank 2 in comm 0): Fatal error in PMPI_Allreduce: Other MPI error",
+        "srun: error: cn01: task 3: Exited with exit code 1",
+    ],
+}
+WARNING_LINES = ["dgx-a03:41003:41090 [3] NCCL WARN NET/IB : Got completion with error 12"]
+
+
+@st.composite
+def failed_log_texts(draw, tool: str) -> bytes:
+    """A sample log cut after some row, with one failure or warning line put in somewhere
+    after that (how a run that failed or warned ends), sometimes edited further."""
+    lines = draw(st.sampled_from(_sample_logs()[tool])).splitlines()
+    rows = [i for i, x in enumerate(lines) if x.strip()[:1].isdigit()]
+    cut = draw(st.sampled_from(rows)) + 1 if rows and draw(st.booleans()) else len(lines)
+    lines = lines[:cut]
+    pool = FAILURE_LINES["mpi"] + (FAILURE_LINES[tool] if tool in FAILURE_LINES else [])
+    extra = draw(st.sampled_from(pool + WARNING_LINES))
+    lines.insert(draw(st.integers(0, len(lines))), extra)
+    return "\n".join(lines).encode()
+
+
+def read_failed_log(tool: str):
+    """A reader for `tool`'s logs that hold a failure or warning line: the import must say so
+    (Imported.problems, naming the line), or refuse the log in one line."""
+    from commbench.formats import IMPORTERS
+    from commbench.formats.common import Hints
+
+    def reader(path: Path) -> None:
+        import importlib
+
+        parser = importlib.import_module(IMPORTERS[tool])
+        hints = Hints(group_size=None if tool == "nccl-tests" else 8, link_class="intra")
+        lines = path.read_text().splitlines()
+        failed = [n for n, x in enumerate(lines, 1) if x.strip() in sum(FAILURE_LINES.values(), [])]
+        warned = [n for n, x in enumerate(lines, 1) if x.strip() in WARNING_LINES]
+        try:
+            imported = parser.parse(path, hints)
+        except UsageError as e:
+            one_line(e)
+            return
+        check_imported(imported.records)
+        found = imported.problems
+        if failed:
+            assert found.failure and found.failure.startswith(f"{path}:{failed[0]}:"), found
+        elif warned:
+            assert found.warnings and found.warnings[0].startswith(f"{path}:{warned[0]}:"), found
+
+    return reader
+
+
 # ---- calibrations ----
 
 

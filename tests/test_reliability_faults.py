@@ -90,7 +90,7 @@ def test_usage_error_on_every_rank_mid_run(tmp_path):
     job = start(4, *run_args(tmp_path, "uall"), fault="rank=all,point=2,kind=usage")
     out, elapsed = job.down_after(tmp_path / "uall", 2)
     assert out.returncode == 2 and elapsed < DOWN_S, out.output
-    lines = [x for x in out.stderr.splitlines() if x.startswith("commbench:")]
+    lines = [x for x in out.stderr.splitlines() if x.startswith("commbench: error")]
     assert lines == [
         "commbench: error: injected fault 'usage' on every rank at point 2 (COMMBENCH_FAULT)"
     ], out.stderr
@@ -168,7 +168,8 @@ def test_hang_on_one_rank_is_aborted_after_timeout(tmp_path, backend):
     out, waited = job.down_after(tmp_path / "hang", 2)
     assert out.returncode == 3, out.output
     assert waited < timeout + 10, f"aborted {waited:.1f} s after the hang"
-    assert f"no progress for {timeout} s in point 2" in out.stderr
+    assert f"no progress for {timeout} s in point 3" in out.stderr  # numbered as tables are
+    assert "rank 1 never reached point 3 (it is at point 2)" in out.stderr
     m = meta(tmp_path, "hang")
     assert m["status"] == "failed" and "no progress" in m["error"]
     check_intact(tmp_path / "hang", points=2)

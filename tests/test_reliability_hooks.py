@@ -14,7 +14,7 @@ from reliability import COUNTS, reliability_counts  # noqa: F401
 from commbench import cli
 from commbench.errors import EXIT_USAGE, UsageError
 from commbench.measure import faults
-from commbench.measure.session import Watchdog
+from commbench.measure.watchdog import Watchdog
 
 GOOD_FAULTS = {
     "rank=1,point=3,kind=raise": faults.Fault(1, 3, "raise"),

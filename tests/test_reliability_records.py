@@ -430,6 +430,10 @@ FUZZ_TARGETS: list[tuple[str, str, object, object]] = [
     ("osu-log", "osu.log", rf.read_log("osu"), rf.log_texts("osu")),
     ("imb-log", "imb.log", rf.read_log("imb"), rf.log_texts("imb")),
     ("calibration", "cal.json", rf.read_calibration, rf.calibration_texts()),
+    *(
+        (f"{tool}-failed-log", f"{tool}.log", rf.read_failed_log(tool), rf.failed_log_texts(tool))
+        for tool in ("nccl-tests", "osu", "imb")
+    ),
 ]
 
 

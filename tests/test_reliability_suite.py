@@ -158,6 +158,10 @@ def test_sigusr1_to_mpirun_stops_the_suite_gracefully(tmp_path, suite4):
     job = start(4, *suite_args(tmp_path, path, "usr1"),
                 fault=f"rank=1,point={fault_at},kind=delay,seconds=2")  # fmt: skip
     wait_for_records(tmp_path / "usr1", len(kinds), job)
+    # as in test_reliability_faults: the records file shows the last record before rank 0's
+    # fsync returns and it agrees to start the next step, so a signal at once can land between
+    # steps; rank 1 then sits in its 2 s delay, so 1 s later the signal lands inside the step
+    time.sleep(1.0)
     job.signal(signal.SIGUSR1)
     out, _ = job.finish(timeout=60)
     assert out.returncode == 130, out.output

@@ -243,7 +243,7 @@ class Calibration:
                 raise UsageError(
                     f"{want}: {format_size(nbytes)} is outside the measured sizes "
                     f"{format_size(s.bytes_min)}..{format_size(s.bytes_max)} of {s.key.label()} "
-                    f"in {self.source} (pass extrapolate=True to use the nearest segment)"
+                    f"in {self.source} (--extrapolate uses the nearest segment)"
                 )
             return Prediction(
                 seconds=s.at(nbytes),
@@ -256,8 +256,7 @@ class Calibration:
         if not extrapolate and not reference:
             raise UsageError(
                 f"{want}: not measured in {self.source} (it covers: "
-                f"{self.describe(op=ops[-1])}); pass "
-                "extrapolate=True to scale from the link table"
+                f"{self.describe(op=ops[-1])}); --extrapolate scales from the link table"
             )
         return self._extrapolate(op, nbytes, group_size, link_class, dtype, backend, on_link, want)
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from commbench.commands.argtypes import DEFAULT_RESULTS, positive_int
+from commbench.errors import EXIT_FAILURE
 from commbench.formats import IMPORTERS
 
 HELP = "import nccl-tests / OSU / IMB logs as a commbench run"
@@ -53,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench import __version__
     from commbench.errors import UsageError
     from commbench.formats.common import Hints
-    from commbench.results.rundir import RunWriter
+    from commbench.results.rundir import RunWriter, cannot_create_run
 
     if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
         raise UsageError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' and '-'")
@@ -66,8 +67,15 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: no such log file")
         parsed.append((path, parser.parse(path, hints)))
     records = [r for _, imp in parsed for r in imp.records]
+    failures = [imp.problems.failure for _, imp in parsed if imp.problems.failure]
     if not records:
-        raise UsageError(f"no rows found in {', '.join(args.logs)}")
+        raise UsageError(
+            f"{failures[0]} (the run failed before printing any row)"
+            if failures
+            else f"no rows found in {', '.join(args.logs)}"
+        )
+    warnings = [w for _, imp in parsed for w in imp.problems.warnings]
+    warnings_total = sum(imp.problems.warnings_total for _, imp in parsed)
     hosts = list(dict.fromkeys(h for _, imp in parsed for h in imp.meta.get("hosts", [])))
     env: dict = {}
     for _, imp in parsed:
@@ -92,20 +100,20 @@ def main(args: argparse.Namespace) -> int:
             "files": [str(p) for p, _ in parsed],
             "logs": [{"file": str(p), **imp.meta} for p, imp in parsed],
         },
+        **({"warnings": warnings, "warnings_total": warnings_total} if warnings else {}),
     }
     try:
         writer = RunWriter.create(args.results, "import", meta, args.run_id)
     except OSError as e:
-        raise UsageError(
-            f"cannot create a run directory under {args.results}: {e.strerror or e}"
-        ) from None
+        raise UsageError(cannot_create_run(args.results, e)) from None
     try:
         for r in records:
             writer.write(r)
     except BaseException:
         writer.finish("failed", "import interrupted")
         raise
-    writer.finish("complete")
+    status, error = _outcome(args.tool, failures, warnings, warnings_total)
+    writer.finish(status, error)
     for _, imp in parsed:
         for note in imp.notes:
             print(f"# note: {note}")
@@ -119,4 +127,19 @@ def main(args: argparse.Namespace) -> int:
         f"placements {', '.join(placements)}"
     )
     print(f"results: {writer.path}")
-    return 0
+    if status != "complete":
+        print(f"commbench: warning: {error}: run marked {status}", file=sys.stderr)
+    return EXIT_FAILURE if status == "failed" else 0
+
+
+def _outcome(
+    tool: str, failures: list[str], warnings: list[str], warnings_total: int
+) -> tuple[str, str | None]:
+    """The run's status and reason: `failed` at the tool's or launcher's failure line,
+    `partial` when the tool warned, else `complete`."""
+    if failures:
+        return "failed", f"{failures[0]}: the {tool} run failed (rows before it are kept)"
+    if warnings:
+        more = f" and {warnings_total - 1} more" if warnings_total > 1 else ""
+        return "partial", f"{warnings[0]}{more}: the {tool} run warned"
+    return "complete", None

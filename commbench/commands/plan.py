@@ -196,6 +196,11 @@ def main(args: argparse.Namespace) -> int:
             out.write("\n")
         else:
             explain_text(ev, req, cal, out)
+        unpriced = [f"cannot price {n}: {e.error}" for n, e in ev.estimates.items() if e.error]
+        if unpriced:
+            from commbench.errors import UsageError
+
+            raise UsageError(f"--explain {args.explain}: {unpriced[0]}")
         return 0
     result = plan.plan(req, cal)
     if args.output:

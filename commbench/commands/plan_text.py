@@ -197,6 +197,7 @@ def explain_text(ev, req, cal, out) -> None:
 
     w = out.write
     c = ev.config
+    step_s = None if any(e.error for e in ev.estimates.values()) else ev.step_s
     w(
         f"# commbench plan --explain: {c.full_label} for {req.model.name} on {req.gpus} GPUs "
         f"({req.num_nodes} node(s)); calibration {cal.source} [{cal.kind}]\n"
@@ -224,7 +225,7 @@ def explain_text(ev, req, cal, out) -> None:
         inference_lines(ev, w)
     w(
         ("# decode pass (s): " if ev.inference is not None else "# time per step (s): ")
-        + ", ".join(f"{k} {_s(v)}" for k, v in {**ev.times, "step": ev.step_s}.items())
+        + ", ".join(f"{k} {_s(v)}" for k, v in {**ev.times, "step": step_s}.items())
         + (
             ""
             if ev.comm_share is None

@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-bytes",
         default=None,
         help="per-rank buffer budget; larger steps run a measured chunk scaled by count "
-        f"(marked extrapolated) (default: the suite's, else {DEFAULT_MAX_BYTES >> 20}M)",
+        f"(marked scaled) (default: the suite's, else {DEFAULT_MAX_BYTES >> 20}M)",
     )
     g.add_argument(
         "--model",
@@ -89,9 +89,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ---- preparing (pure, identical on every rank) ----
 def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     """The suite, its points on `world` ranks, and the per-rank byte budget."""
-    from commbench.sizes import parse_size
+    from commbench.measure.launch import detect
+    from commbench.traffic.bounds import parse_max_bytes
     from commbench.traffic.layout import parse_order
-    from commbench.traffic.points import expand
+    from commbench.traffic.points import dropped_runs, expand
     from commbench.traffic.presets import parse_model_arg
     from commbench.traffic.suitefile import (
         Overrides,
@@ -111,7 +112,10 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     )
     suite = apply_overrides(suite, ov)
     points = expand(suite, world, nodes)
-    cli_max = parse_size(args.max_bytes, "--max-bytes") if args.max_bytes else None
+    if detect().rank == 0:
+        for line in dropped_runs(suite, points):
+            print(f"commbench: warning: suite {suite.name}: {line}", file=sys.stderr, flush=True)
+    cli_max = parse_max_bytes(args.max_bytes, "--max-bytes") if args.max_bytes else None
     return suite, points, cli_max
 
 
@@ -200,8 +204,14 @@ def point_columns():
         Column("bytes", "(/rank)", 10),
         Column("busbw", "(GB/s)", 8, ".3f"),
         Column("#wrong", "", 6),
-        Column("extrap", "", 6),
+        Column("scaled", "", 6),  # a step measured as a chunk, its time scaled by the count
     ]
+
+
+STEP_HEADER = (
+    f"#   {'op':<14} {'axis':<8} {'groups':<7} {'link':<5} {'bytes':>10} x {'repeat':<7} "
+    f"{'phase':<17} {'per op':>16} {'total':>14} {'share':>6} busbw (GB/s)  [how measured]"
+)
 
 
 def breakdown_lines(
@@ -256,6 +266,10 @@ def main(args: argparse.Namespace) -> int:
         return 0
     suite, points, cli_max = load(args, world)
     opts = common.session_options(args, "suite", launch)
+    from commbench.traffic.execution import plan
+
+    for pt in points:  # its bounds (pieces per step) fail here, before any communication
+        plan(pt.program, pt.layout, opts.backend, max_bytes_for(pt, cli_max))
     runs = list(dict.fromkeys(pt.run for pt in points))
     timings = {id(r): timing_for(args, r) for r in runs}
     return measure(args, suite, points, cli_max, opts, launch, timings)
@@ -325,6 +339,8 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
                 totals.wrong if first_timing.check else "N/A",
                 "yes" if totals.extrapolated else "-",
             )
+            if pt is points[0]:
+                s.say(STEP_HEADER)  # the lines under each point: one per measured step
             for line in breakdown_lines(pt, pl, results, totals):
                 s.say(line)
             facts = point_facts(pt, totals)

@@ -141,10 +141,7 @@ def main(args: argparse.Namespace) -> int:
             "suite` runs; `commbench run` sweeps have no Programs to predict)"
         )
     if not any(r["status"] == "ok" for r in rows):
-        raise UsageError(
-            f"none of the {len(rows)} point(s) could be predicted: {rows[0]['why']}"
-            + ("" if args.extrapolate else " (or pass --extrapolate)")
-        )
+        raise UsageError(f"none of the {len(rows)} point(s) could be predicted: {rows[0]['why']}")
     summary = validate.summarize(rows)
     doc = {
         "schema": "commbench.calibration.accuracy/1",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
+from commbench.formats.log_problems import Problems
 from commbench.ops import SWEEP_OPS, bus_factor, canonical_op
 from commbench.results.records import ImportedRecord, ImportSource
 
@@ -75,6 +76,7 @@ class Imported:
     records: list[dict] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    problems: Problems = field(default_factory=Problems)  # failure and warning lines
 
 
 def dtype_size(dtype: str) -> int | None:

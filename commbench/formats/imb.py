@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from commbench.errors import UsageError
+from commbench.formats import log_problems
 from commbench.formats.common import (
     MPI_DTYPES,
     Hints,
@@ -89,10 +90,14 @@ def parse(path: Path, hints: Hints) -> Imported:
     """Records of every supported benchmark block in one IMB-MPI1 log."""
     path = Path(path)
     meta: dict = {"tool": TOOL}
-    blocks = _blocks(read_lines(path), meta)
+    lines = read_lines(path)
+    problems = log_problems.scan(path, lines)
+    blocks = _blocks(lines, meta)
+    if not any(b.rows for b in blocks) and problems.failure:
+        raise UsageError(log_problems.failed_before_rows(problems))
     if not blocks:
         raise UsageError(f"{path}: not an IMB log (no '# Benchmarking NAME' block)")
-    out = Imported(meta=meta)
+    out = Imported(meta=meta, problems=problems)
     last = max((n for b in blocks for n, _ in b.rows), default=0)
     for blk in blocks:
         where = f"{path}:{blk.line}"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.formats import log_problems
 from commbench.formats.common import (
     Hints,
     Imported,
@@ -27,6 +28,7 @@ from commbench.formats.common import (
     read_lines,
     time_cell,
 )
+from commbench.formats.log_problems import LAUNCHER_FAILURES, NCCL_TESTS_FAILURES
 from commbench.ops import OPS, bus_factor
 
 TOOL = "nccl-tests"
@@ -160,6 +162,14 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
     return sections, meta
 
 
+def _timestamp_as_one_cell(header: list[str], tok: list[str]) -> list[str]:
+    """`-S 1` logs end each row with a `timestamp` cell printed as date and time (two
+    tokens, strftime "%Y-%m-%d %H:%M:%S"): make it one cell, as the header has it."""
+    if header[-1:] == ["timestamp"] and len(tok) == len(header) + 1:
+        return [*tok[:-2], f"{tok[-2]} {tok[-1]}"]
+    return tok
+
+
 def _columns(header: list[str], where: str) -> tuple[list[str], list[dict]]:
     """Leading column names and, per placement group, the index of time/algbw/busbw/check."""
     times = [i for i, h in enumerate(header) if h in ("time", "cputime")]
@@ -189,14 +199,16 @@ def parse(path: Path, hints: Hints) -> Imported:
     """Records of every row and placement in one nccl-tests log."""
     path = Path(path)
     lines = read_lines(path)
+    problems = log_problems.scan(path, lines, NCCL_TESTS_FAILURES + LAUNCHER_FAILURES)
     sections, meta = _split_sections(path, lines)
     sections = [s for s in sections if s.header is not None or s.rows]
     if not sections:
         raise UsageError(
-            f"{path}: not a nccl-tests log (no '#  size  count  type ...' header line); "
+            log_problems.failed_before_rows(problems)
+            or f"{path}: not a nccl-tests log (no '#  size  count  type ...' header line); "
             "give the tool's stdout"
         )
-    out = Imported(meta={"tool": TOOL, **meta})
+    out = Imported(meta={"tool": TOOL, **meta}, problems=problems)
     name_hint = _BINARY.search(path.name)
     hosts: list[str] = []
     last_row_line = max((n for s in sections for n, _ in s.rows), default=0)
@@ -225,6 +237,7 @@ def parse(path: Path, hints: Hints) -> Imported:
         # parse rows
         rows: list[dict[str, Any]] = []
         for n, tok in sec.rows:
+            tok = _timestamp_as_one_cell(sec.header, tok)
             if len(tok) != len(sec.header):
                 if n == last_row_line:
                     out.notes.append(f"{path}:{n}: truncated last row skipped")

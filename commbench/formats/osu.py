@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from commbench.errors import UsageError
+from commbench.formats import log_problems
 from commbench.formats.common import (
     MPI_DTYPES,
     Hints,
@@ -94,10 +95,14 @@ def _cells(columns: list[str], tok: list[str]) -> dict[str, str] | None:
 def parse(path: Path, hints: Hints) -> Imported:
     """Records of every table in one OSU log."""
     path = Path(path)
-    tables = _tables(path, read_lines(path))
+    lines = read_lines(path)
+    problems = log_problems.scan(path, lines)
+    tables = _tables(path, lines)
+    if not any(t.rows for t in tables) and problems.failure:
+        raise UsageError(log_problems.failed_before_rows(problems))
     if not tables:
         raise UsageError(f"{path}: not an OSU log (no '# OSU MPI ... Test' title line)")
-    out = Imported(meta={"tool": TOOL})
+    out = Imported(meta={"tool": TOOL}, problems=problems)
     last = max((n for t in tables for n, _ in t.rows), default=0)
     for tab in tables:
         where = f"{path}:{tab.line}"

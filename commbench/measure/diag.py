@@ -7,6 +7,7 @@ end), the modules it imported and its peak RSS. Off (a dict look-up) otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -50,7 +51,17 @@ def dump(rank: int) -> None:
         "modules": sorted(sys.modules),
     }
     path = Path(_DIR)
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / f".rank-{rank}.json.{os.getpid()}"
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path / f"rank-{rank}.json")
+    name = f"rank-{rank}.json"
+    tmp = path / f".{name}.{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path / name)
+    except OSError as e:  # diagnostics are extra: the command's own outcome stands
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        print(
+            f"commbench: warning: {ENV}={_DIR}: cannot write {name} ({e.strerror or e})",
+            file=sys.stderr,
+            flush=True,
+        )

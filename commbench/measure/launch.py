@@ -73,3 +73,37 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
                 host=host,
             )
     return LaunchInfo("single", 0, 1, 0, 1, host)
+
+
+def usable_cores() -> tuple[int, ...]:
+    """The CPU cores this process may run on (its affinity; the launcher may have bound it)."""
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def oversubscribed(hosts: list[str], cores: list[tuple[int, ...]]) -> list[dict]:
+    """Hosts whose ranks outnumber the cores they may run on (the union of their affinities):
+    there ranks take turns on a core, so times measure the scheduler, not the network."""
+    per_host: dict[str, list[tuple[int, ...]]] = {}
+    for host, mine in zip(hosts, cores):
+        per_host.setdefault(host, []).append(mine)
+    out = []
+    for host, sets in per_host.items():
+        union = set().union(*sets)
+        if len(sets) > len(union):
+            out.append({"host": host, "ranks": len(sets), "cores": len(union)})
+    return out
+
+
+def oversubscription_warning(found: list[dict]) -> str | None:
+    """The one warning line for oversubscribed hosts, or None."""
+    if not found:
+        return None
+    where = "; ".join(
+        f"{o['ranks']} ranks on {o['cores']} CPU core{'s' if o['cores'] > 1 else ''} of {o['host']}"
+        for o in found
+    )
+    return (
+        f"commbench: warning: {where}: ranks share cores, so the times measure the OS scheduler, "
+        "not the interconnect, and the numbers are not meaningful (use at most one rank per "
+        "core; the README's 'On a small box' says how)"
+    )

@@ -61,13 +61,15 @@ class TimingConfig:
 
 
 def summarize(times_s: np.ndarray) -> dict[str, float]:
-    """Median, mean, min and p95 over iterations, in microseconds."""
+    """Median, mean, min, p95 and max over iterations, in microseconds (a straggler hides
+    in the median and p95; the mean and max show it)."""
     us = np.asarray(times_s) * 1e6
     return {
         "time_us": float(np.median(us)),
         "time_mean_us": float(np.mean(us)),
         "time_min_us": float(np.min(us)),
         "time_p95_us": float(np.percentile(us, 95)),
+        "time_max_us": float(np.max(us)),
     }
 
 
@@ -164,7 +166,8 @@ class Runner:
         diag.mark("first_point")
         point, self.points = self.points, self.points + 1
         result = None
-        with self._guard(f"point {point}: {step.op} {step.label or ''} on {info.axis}".strip()):
+        # named as tables number points, from 1
+        with self._guard(f"point {point + 1}: {step.op} {step.label or ''} on {info.axis}".strip()):
             self.check_stop()
             self._on_point(point)
             sub = self.group(info)
@@ -189,10 +192,13 @@ class Runner:
         """Max over each group's ranks per iteration, then over groups; stats and bandwidth."""
         per_group: dict[int, list[np.ndarray]] = {}
         wrong, warmup, iters, loops = 0, 0, 0, set()
-        for gi, res in gathered:
+        slowest, slowest_us = -1, -1.0  # the world rank that saw the longest iteration
+        for rank, (gi, res) in enumerate(gathered):
             if res is None:
                 continue
             times, w, warmup_r, iters_r, loop = res
+            if float(np.max(times)) > slowest_us:
+                slowest, slowest_us = rank, float(np.max(times))
             per_group.setdefault(gi, []).append(times)
             loops.add(loop)
             wrong += w
@@ -221,6 +227,8 @@ class Runner:
             time_mean_us=stats["time_mean_us"],
             time_min_us=stats["time_min_us"],
             time_p95_us=stats["time_p95_us"],
+            time_max_us=stats["time_max_us"],
+            slowest_rank=slowest,
             algbw_GBps=algbw,
             busbw_GBps=algbw * bus_factor(step.op, info.size),
             wrong=wrong,

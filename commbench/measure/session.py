@@ -18,7 +18,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -27,13 +26,20 @@ from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
 from commbench.measure import diag
 from commbench.measure.faults import START, Injector
-from commbench.measure.launch import LaunchInfo
+from commbench.measure.launch import (
+    LaunchInfo,
+    oversubscribed,
+    oversubscription_warning,
+    usable_cores,
+)
 from commbench.measure.notice import Notice
+from commbench.measure.progress import Progress, describe
 from commbench.measure.provenance import emulation, git_revision, relevant_env
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
-from commbench.results.rundir import RunWriter
+from commbench.measure.watchdog import Watchdog, outside_guard
+from commbench.results.rundir import RunWriter, cannot_create_run
 from commbench.traffic.layout import host_map
 
 EXIT_INTERRUPTED = 130
@@ -56,33 +62,6 @@ class SessionOptions:
     run_id: str | None = None
 
 
-class Watchdog:
-    """Aborts the job when a guarded section runs past its deadline (a dead or hung peer)."""
-
-    def __init__(self, timeout_s: float, on_timeout) -> None:
-        self.timeout_s = timeout_s
-        self._on_timeout = on_timeout
-        self._deadline: float | None = None
-        self._label = ""
-        threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True).start()
-
-    @contextlib.contextmanager
-    def guard(self, label: str) -> Iterator[None]:
-        self._label, self._deadline = label, time.monotonic() + self.timeout_s
-        try:
-            yield
-        finally:
-            self._deadline = None
-
-    def _watch(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.timeout_s / 4))
-            deadline = self._deadline
-            if deadline is not None and time.monotonic() > deadline:
-                self._on_timeout(self._label)
-                return
-
-
 class Session:
     """Opened on every rank by `run` and `suite`; use as a context manager."""
 
@@ -97,9 +76,11 @@ class Session:
         self.nodes: tuple[int, ...] = ()
         self.hosts: list[str] = []
         self.devices: list[dict] = []  # per rank: host, local rank, device (GPU name, PCI bus)
+        self.oversubscribed: list[dict] = []  # hosts with more ranks than cores
         # a bad spec fails here, before any talk; a self-signal waits for the signal thread
         self.faults = Injector.from_env(launch.rank, settle=self.stop.wait)
         self.notice = Notice()
+        self.progress = Progress()
         self.watchdog = Watchdog(opts.timeout_s, self._timed_out)
         self._saved_signals: dict = {}
 
@@ -130,7 +111,13 @@ class Session:
         atexit.register(_alarm_at_exit, self.opts.timeout_s)
         try:
             load_backend(self.opts.backend)
-            with self.watchdog.guard("start-up (rendezvous)"):
+            start_up = "start-up (rendezvous)"
+            # MPI_Init holds the interpreter lock, so the watchdog's thread cannot fire there:
+            # a sentinel process outside it covers the rendezvous too, a moment later.
+            with (
+                self.watchdog.guard(start_up),
+                outside_guard(self.opts.timeout_s + 2, self._timeout_line(start_up)),
+            ):
                 self.faults.at(START)
                 diag.mark("open_world")
                 self._world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
@@ -139,6 +126,10 @@ class Session:
                 me = {"host": self.launch.host, "local_rank": self.launch.local_rank}
                 self.devices = self.world.allgather_obj({**me, **self.world.device_identity()})
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
+                cores = self.world.allgather_obj(usable_cores())
+                self.oversubscribed = oversubscribed(self.hosts, cores)
+                if (warning := oversubscription_warning(self.oversubscribed)) and self.is_root:
+                    print(warning, file=sys.stderr, flush=True)
                 self._open_run_dir()
         except UsageError as e:  # the run directory's outcome was broadcast: every rank is here
             if self._world is None:  # refused before the rendezvous (say, no GPU for this rank)
@@ -147,7 +138,7 @@ class Session:
         except BaseException as e:
             self._fail(e)
         self._runner = Runner(
-            self.world, self.timing, self.watchdog.guard, self.stop.is_set, self.faults.at
+            self.world, self.timing, self.watchdog.guard, self.stop.is_set, self._reached
         )
         return self
 
@@ -173,15 +164,13 @@ class Session:
             except UsageError as e:
                 outcome = ("error", str(e))
             except OSError as e:
-                outcome = (
-                    "error",
-                    f"cannot create a run directory under {self.opts.results}: {e.strerror or e}",
-                )
+                outcome = ("error", cannot_create_run(self.opts.results, e))
         outcome = self.world.bcast_obj(outcome, root=0)
         if outcome[0] == "error":
             raise UsageError(outcome[1])
         if outcome[1]:
             self.notice = Notice(Path(outcome[1]), self.launch.rank)
+            self.progress = Progress(Path(outcome[1]), self.launch.rank, self.world.size)
 
     def meta(self) -> dict:
         """Provenance for meta.json: command, hosts, backend and library versions, env, git."""
@@ -211,6 +200,7 @@ class Session:
             "devices": self.devices,
             "timeout_s": self.opts.timeout_s,
             "emulation": emulation(),
+            **({"oversubscribed": self.oversubscribed} if self.oversubscribed else {}),
         }
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
@@ -267,20 +257,35 @@ class Session:
             self.writer.finish(status, error)
 
     def _close(self) -> None:
+        self.progress.close()
         if self._runner is not None:
             self._runner.close()
         if self._world is not None:
             self._world.close()
         self._restore_signals()
 
-    def _timed_out(self, label: str) -> None:
-        msg = (
-            f"no progress for {self.opts.timeout_s:g} s in {label}: a peer died or hung; "
+    def _reached(self, point: int) -> None:
+        """The runner is at `point` (0-based): a planned fault strikes, then the rank says so."""
+        self.faults.at(point)
+        self.progress.reached(point + 1)
+
+    def _timeout_message(self, label: str) -> str:
+        who = "a peer died or hung"
+        if self._runner is not None and self._runner.points:
+            point = self._runner.points  # the one under way, numbered from 1
+            who = describe(self.progress.behind(point), point) or who
+        return (
+            f"no progress for {self.opts.timeout_s:g} s in {label}: {who}; "
             "aborting the job (raise --timeout for slower points)"
         )
-        print(f"commbench: rank {self.launch.rank}: error: {msg}", file=sys.stderr, flush=True)
+
+    def _timeout_line(self, label: str) -> str:
+        return f"commbench: rank {self.launch.rank}: error: {self._timeout_message(label)}"
+
+    def _timed_out(self, label: str) -> None:
+        print(self._timeout_line(label), file=sys.stderr, flush=True)
         _exit_anyway_after(5.0, EXIT_FAILURE)
-        self._die(EXIT_FAILURE, msg)
+        self._die(EXIT_FAILURE, self._timeout_message(label))
 
     # ---- signals: a dedicated thread, since MPI calls block the main thread ----
     def _install_signals(self) -> None:
@@ -327,7 +332,7 @@ class Session:
                 self.writer.mark("interrupted", stop_signal=name)
                 # ... unless the signal is the launcher tearing the job down after a peer
                 # failed: that peer has told us why.
-                cause = self.notice.poll(wait_s=0.1)
+                cause = self.notice.poll(wait_s=0.1) or self.notice.oom_cause()
                 if cause:
                     self.writer.mark("failed", error=cause)
         if self.is_root:

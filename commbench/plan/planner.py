@@ -12,6 +12,7 @@ from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
 from commbench.plan import inference
 from commbench.plan.gpu_memory import memory
+from commbench.plan.progress import Progress
 from commbench.plan.request import GB, PlanRequest, compute_seconds, gb
 from commbench.plan.result import Evaluation, PlanResult, assumptions
 from commbench.plan.search import DENSE, Candidate, Config, candidates, parse_config, rank_orders
@@ -269,7 +270,9 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
         )
     fitting: list[tuple[Candidate, dict]] = []
     smallest: tuple[float, Candidate] | None = None
-    for c in valid:
+    sizing = Progress(len(valid), "sized the memory of")
+    for i, c in enumerate(valid):
+        sizing.tick(i)
         mem = memory(req, c.config)
         if mem["total"] > req.gpu_memory_gb * GB:
             c.stage = "memory"
@@ -293,7 +296,9 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
         )
     ranked: list[Evaluation] = []
     first_error = None
-    for c, mem in fitting:
+    pricing = Progress(len(fitting), "priced")
+    for i, (c, mem) in enumerate(fitting):
+        pricing.tick(i)
         for oc in planner.distinct_orders(c.config):
             ev = planner.evaluate(oc, mem)
             errs = planner.errors(ev)
@@ -303,10 +308,7 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
                 continue
             ranked.append(ev)
     if not ranked:
-        raise UsageError(
-            f"the calibration cannot price any config: {first_error}"
-            + ("" if req.extrapolate else " (or pass --extrapolate)")
-        )
+        raise UsageError(f"the calibration cannot price any config: {first_error}")
     ranked.sort(key=lambda e: (e.step_s, e.memory["total"], e.config.full_label))
     for i, e in enumerate(ranked, 1):
         e.rank = i

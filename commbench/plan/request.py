@@ -25,6 +25,7 @@ MODES = ("train", "infer")
 ORDERS = ("megatron", "all")
 ZERO_STAGES = (0, 1, 2, 3)
 AUTO_MICRO_BATCHES = (1, 2, 4, 8)
+MAX_GPUS = 65536  # the largest job one plan ranks configurations for
 
 
 # ---- the request ------------------------------------------------------------------------------
@@ -56,6 +57,11 @@ class PlanRequest:
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.gpus_per_node < 1:
             raise UsageError("--gpus and --gpus-per-node must be positive")
+        if self.gpus > MAX_GPUS:
+            raise UsageError(
+                f"--gpus {self.gpus}: at most {MAX_GPUS} (the bound of one plan: the candidate "
+                "search grows with the GPU count's divisors)"
+            )
         if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
             raise UsageError(
                 f"--gpus {self.gpus} is not a whole number of nodes of --gpus-per-node "

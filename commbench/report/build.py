@@ -12,6 +12,7 @@ bootstrap intervals) and the page says so; --no-fit draws measurements alone.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,5 +299,7 @@ def _write(out: Path, figures: list[Figure], html_text: str) -> Path:
         tmp.write_text(html_text, encoding="utf-8")
         tmp.replace(path)
     except OSError as e:
+        with contextlib.suppress(OSError):  # a full disk leaves no half-written page behind
+            (out / ".index.html.tmp").unlink(missing_ok=True)
         raise UsageError(f"-o {out}: cannot write the report ({e.strerror or e})") from None
     return path

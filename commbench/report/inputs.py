@@ -102,6 +102,18 @@ class Curve:
     t: np.ndarray  # seconds
     model: SeriesModel | None = None  # the calibration's series of the same key
     missing: str = ""  # why there is no fit
+    run_of: np.ndarray | None = None  # the run id of each point (x, t)
+
+    def lines(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """(run, sizes, median seconds) per run: a measured line joins one run's points only."""
+        runs = self.run_of if self.run_of is not None else np.full(len(self.x), "")
+        out = []
+        for run in dict.fromkeys(runs.tolist()):
+            mine = runs == run
+            sizes = np.unique(self.x[mine])
+            meds = np.array([np.median(self.t[mine][self.x[mine] == s]) for s in sizes])
+            out.append((run, sizes, meds))
+        return out
 
     def fitted(self, nbytes: float | np.ndarray) -> np.ndarray:
         """Seconds the fit predicts at each size (the segment holding it)."""
@@ -122,6 +134,7 @@ def curves(runs: list[Run], cal: Calibration | None = None) -> tuple[list[Curve]
     """Measured primitive-op series of `runs` (collective and suite step records, as `commbench
     fit` groups them; wrong > 0 left out) matched to `cal`'s series of the same key."""
     collected = collect([(r, []) for r in runs])
+    per_run = [(r, collect([(r, [])]).series) for r in runs]  # which run each point is from
     models = {s.key: s for s in cal.series} if cal is not None else {}
     skipped = {}
     if cal is not None:
@@ -141,7 +154,10 @@ def curves(runs: list[Run], cal: Calibration | None = None) -> tuple[list[Curve]
         elif model is None:
             why = skipped.get(key)
             missing = f"not fitted in {cal.source}" + (f": {why}" if why else "")
-        out.append(Curve(key, x, t, model, missing))
+        run_of = np.concatenate(
+            [np.full(len(s[key].x), _run_id(r)) for r, s in per_run if key in s and s[key].x]
+        )
+        out.append(Curve(key, x, t, model, missing, run_of if len(run_of) == len(x) else None))
     return out, notes
 
 
@@ -358,3 +374,7 @@ def load_plan(path: str | Path) -> Plan:
         for i, c in enumerate(doc.configs)
     ]
     return Plan(str(Path(path)), configs, doc.header)
+
+
+def _run_id(run: Run) -> str:
+    return str(run.meta.get("run_id") or run.path.name)

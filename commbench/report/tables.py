@@ -111,7 +111,7 @@ POINTS = TableSpec(
         Column("bytes/rank", fmt=format_size),
         Column("busbw", "(GB/s)", fmt=".3f"),
         Column("#wrong"),
-        Column("extrapolated"),
+        Column("scaled"),  # measured as a chunk, time x count (records: `extrapolated`)
         Column("notes"),
     ),
     "Suite points: comm = sum over the Program's steps of median time (slowest rank) x repeat; "

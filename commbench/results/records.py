@@ -151,6 +151,8 @@ class Measurement(JsonRecord):
     """One op timed on every group of one axis, as the runner reduces it: the fields every
     measured record (sweep or suite step) starts with."""
 
+    OMIT_NONE = ("time_max_us", "slowest_rank")  # absent from runs written before them
+
     op: str
     dtype: str
     bytes: int  # S, nccl-tests convention
@@ -176,6 +178,8 @@ class Measurement(JsonRecord):
     loop: str  # which loop timed it (or "mixed")
     isolated: bool  # one group at a time instead of all at once
     per_group_us: list[float]  # median time of each group
+    time_max_us: float | None = None  # slowest iteration (absent in runs before it was kept)
+    slowest_rank: int | None = None  # world rank whose own longest iteration was the longest
 
 
 @dataclass(kw_only=True)

@@ -2,7 +2,8 @@
 
 Rank 0 writes one JSON object per line and flushes (and fsyncs) each point, so a killed
 run keeps every finished point. `meta.json` carries the run's status: running, complete,
-interrupted or failed. Records are the only input of fit, plan, validate and report.
+interrupted, failed or partial (an imported log that warned). Records are the only input of
+fit, plan, validate and report.
 
 The reader accepts what a crash leaves behind: a run whose status is not `complete` is
 `partial`, and a torn last line (no newline, a write cut short) is skipped and reported;
@@ -11,6 +12,7 @@ any other bad line is a UsageError naming file:line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -28,18 +30,35 @@ from commbench.results.records import REQUIRED_FIELDS
 SCHEMA_VERSION = 1
 RECORDS = "records.jsonl"
 META = "meta.json"
-STATUSES = ("running", "complete", "interrupted", "failed")
+STATUSES = ("running", "complete", "interrupted", "failed", "partial")
+
+
+class WriteError(OSError):
+    """A file of a run could not be written (a full disk): the OSError, naming the file."""
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file beside `path`, fsync, then rename over it."""
+    """Write JSON to a temp file beside `path`, fsync, then rename over it. A write that
+    fails (a full disk) removes the temp file and raises an OSError naming `path`."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=False, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise WriteError(e.errno, e.strerror, str(path)) from e
+
+
+def cannot_create_run(root: Path, e: OSError) -> str:
+    """The one line for a run directory that could not be made: the file, when one failed."""
+    if isinstance(e, WriteError):
+        return f"cannot write {e.filename}: {e.strerror or e}"
+    return f"cannot create a run directory under {root}: {e.strerror or e}"
 
 
 def write_json_output(path: str | Path, doc: Any, flag: str = "-o") -> Path:
@@ -104,14 +123,26 @@ class RunWriter:
 
     @classmethod
     def create(cls, root: Path, command: str, meta: dict, run_id: str | None = None) -> RunWriter:
-        return cls(new_run_dir(root, command, run_id), meta)
+        """A new run directory with its meta.json; if that cannot be written the directory is
+        removed again, so the same --run-id is free for the retry."""
+        path = new_run_dir(root, command, run_id)
+        try:
+            return cls(path, meta)
+        except OSError:
+            with contextlib.suppress(OSError):
+                (path / RECORDS).unlink(missing_ok=True)
+                path.rmdir()
+            raise
 
     def write(self, record: dict) -> None:
         """Append one record and make it durable before returning."""
         rec = {"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **record}
-        self._f.write(json.dumps(rec, default=_json_default) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        try:
+            self._f.write(json.dumps(rec, default=_json_default) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as e:  # a full disk: say which file
+            raise WriteError(e.errno, e.strerror, str(self.path / RECORDS)) from e
         self.count += 1
 
     def mark(self, status: str, **fields: Any) -> None:
@@ -174,6 +205,7 @@ class Run:
             "running": "status running: the job was killed before it could say how it ended",
             "interrupted": "status interrupted: stopped by a signal",
             "failed": f"status failed: {self.meta.get('error', 'no reason recorded')}",
+            "partial": f"status partial: {self.meta.get('error', 'no reason recorded')}",
             "unknown": f"no {META}",
         }.get(self.status, f"status {self.status}")
         signal = self.meta.get("stop_signal")

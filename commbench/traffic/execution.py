@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from commbench.ops import OPS, bus_factor, record_bytes, round_bytes, supports
 from commbench.ops.spec import Fit
+from commbench.traffic import bounds
 from commbench.traffic.layout import GroupInfo, ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
 from commbench.traffic.program import Program, Step
@@ -70,6 +71,7 @@ def plan(
         step, note = substitute_dtype(first, info.size, backend)
         dtype_scale = first.nbytes / step.nbytes
         step, scale, chunks, extrap = fit_budget(step, info.size, max_bytes)
+        bounds.check_pieces(chunks, first, max_bytes)
         if extrap:
             note = ", ".join(filter(None, [note, f"1/{chunks} measured, x{scale:.4g}"]))
         elif chunks > 1:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.traffic import bounds
 
 BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qk_norm")
 DERIVED_FIELDS = ("kv_heads", "head_dim", "moe_ffn_hidden", "v_head_dim")  # None: derive it
@@ -63,6 +64,7 @@ class ModelShape:
             raise UsageError("model name must be a non-empty string")
         for f in ("layers", "hidden", "ffn_hidden", "heads", "vocab", "seq_len", "moe_every"):
             _positive(self, f)
+        bounds.check_shape(self.name, asdict(self))
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.head_dim is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.traffic import patterns
+from commbench.traffic import bounds, patterns
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import violations
@@ -104,14 +104,20 @@ def _layouts(run: RunSpec, model: ModelShape | None, world: int, opts: Any) -> l
 
 def expand(suite: Suite, world: int, nodes: tuple[int, ...] = ()) -> list[Point]:
     """Every point of the suite on `world` ranks, with its Program built (pure; identical on
-    every rank). Points without traffic (e.g. dp = 1 for a dp run) are left out."""
+    every rank). Points without traffic (e.g. dp = 1 for a dp run) are left out, and so is a
+    configuration an earlier run already has (two runs that overrides make alike)."""
     points: list[Point] = []
+    seen: set[tuple] = set()
     for run in suite.runs:
         for model in run.models or (None,):
             for swept in _sweeps(run):
                 opts = patterns.make_options(run.pattern, {**run.options, **swept}, run.where)
                 for d in _layouts(run, model, world, opts):
                     layout = ParallelLayout(world, order=run.order, nodes=nodes, **d)
+                    key = (run.pattern, model, layout, opts)
+                    if key in seen:
+                        continue
+                    seen.add(key)
                     try:
                         program = patterns.build(run.pattern, layout, model, opts)
                     except UsageError as e:
@@ -119,9 +125,43 @@ def expand(suite: Suite, world: int, nodes: tuple[int, ...] = ()) -> list[Point]
                     if not program.steps:
                         continue
                     points.append(Point(len(points) + 1, run, model, layout, opts, swept, program))
+                    bounds.check_points(len(points), suite.name, world)
     if not points:
+        why = (
+            "most patterns need at least 2"
+            if world < 2
+            else "; ".join(why_dropped(run, world) for run in suite.runs[:3])
+        )
         raise UsageError(
             f"suite {suite.name}: no configuration with traffic fits a world of {world} "
-            f"rank(s) (most patterns need at least 2)"
+            f"rank(s) ({why})"
         )
     return points
+
+
+def dropped_runs(suite: Suite, points: list[Point]) -> list[str]:
+    """One line per run of the suite that made no point on this world, saying why (a prime
+    world leaves tp/pp/cp/ep nothing but degree 1, which moves no traffic)."""
+    kept = {id(pt.run) for pt in points}
+    world = points[0].layout.world
+    return [why_dropped(run, world) for run in suite.runs if id(run) not in kept]
+
+
+def why_dropped(run: RunSpec, world: int) -> str:
+    """Why `run` has no point on `world` ranks: no layout fits, or only degree 1 on its axis."""
+    axis = patterns.get(run.pattern).axis
+    fits: set[int] = set()
+    for model in run.models or (None,):
+        for swept in _sweeps(run):
+            opts = patterns.make_options(run.pattern, {**run.options, **swept}, run.where)
+            fits |= {d.get(axis, 1) for d in _layouts(run, model, world, opts)}
+    name = f"run {run.name} ({run.where})"
+    if not fits:
+        return f"{name}: no layout fits a world of {world} (its degrees must divide the world)"
+    if axis is None or max(fits) > 1:
+        return f"{name}: each of its configurations is an earlier run's, measured there once"
+    degrees = ",".join(map(str, sorted(fits)))
+    return (
+        f"{name}: on a world of {world} only {axis}={degrees} fits (a degree must divide the "
+        f"world and the model's shape), which moves no {run.pattern} traffic"
+    )

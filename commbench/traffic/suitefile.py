@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.sizes import parse_size
-from commbench.traffic import patterns
+from commbench.traffic import bounds, patterns
 from commbench.traffic.layout import DEFAULT_ORDER, Axis, parse_order
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import field_path
@@ -258,6 +257,7 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         for v in values:
             patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
         sweep[key] = tuple(values)
+    bounds.check_sweep(sweep, where)
     order = parse_order(raw.get("order", DEFAULT_ORDER), f"{where}.order:")
     name = raw.get("name", spec.name)
     if not isinstance(name, str):
@@ -285,6 +285,7 @@ def load_suite(ref: str | Path, quick: bool = False, _seen: tuple = (), _base=No
     path = find_suite(str(ref), _base).resolve()
     if path in _seen:
         raise UsageError(f"{display(path)}: includes itself (via {display(_seen[-1])})")
+    bounds.check_suite_file(path, display(path), len(_seen), display(_seen[0]) if _seen else None)
     raw = _read_yaml(path)
     where = display(path)
     raw = dict(_mapping(raw if raw is not None else {}, where, SUITE_KEYS))
@@ -300,7 +301,7 @@ def load_suite(ref: str | Path, quick: bool = False, _seen: tuple = (), _base=No
     timing = _timing(raw.get("timing") or {}, f"{where}.timing")
     max_bytes = None
     if raw.get("max_bytes") is not None:
-        max_bytes = parse_size(raw["max_bytes"], f"{where}.max_bytes")
+        max_bytes = bounds.parse_max_bytes(raw["max_bytes"], f"{where}.max_bytes")
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise UsageError(f"{where}.description: expected a string")

@@ -52,11 +52,6 @@ def _common(curves: list[Curve]) -> str:
     return ", ".join(same)
 
 
-def _medians(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    sizes = np.unique(x)
-    return sizes, np.array([np.median(t[x == s]) for s in sizes])
-
-
 def _grid(ax) -> None:
     ax.grid(True, which="major", alpha=0.6)
     ax.grid(True, which="minor", axis="x", alpha=0.15)
@@ -91,8 +86,8 @@ def bandwidth(op: str, curves: list[Curve]) -> Figure:
     for c, label, col in zip(curves, labels, colors):
         f = bus_factor(op, c.key.group_size)
         ax.scatter(c.x, c.x / c.t / 1e9 * f, s=16, color=col, alpha=0.55, linewidths=0, zorder=3)
-        xs, ts = _medians(c.x, c.t)
-        ax.plot(xs, xs / ts / 1e9 * f, color=col, lw=1.2, alpha=0.8, zorder=3)
+        for _run, xs, ts in c.lines():  # one median line per run: never across runs
+            ax.plot(xs, xs / ts / 1e9 * f, color=col, lw=1.2, alpha=0.8, zorder=3)
         if c.model is not None:
             for _seg, mx, mt in _model_lines(c.model):
                 ax.plot(mx, mx / mt / 1e9 * f, color=col, lw=2.0, ls="--", zorder=4)

@@ -26,31 +26,38 @@ def _unit(us_max: float) -> tuple[float, str]:
     return (1e6, "s") if us_max >= 2e6 else (1e3, "ms")
 
 
+def panels(rows: list[PointRow]) -> list[tuple[str, list[PointRow]]]:
+    """One panel per strategy and model, strategies in suite order: a toy model's
+    milliseconds and llama-70b's seconds on one axis would leave the toy bars invisible."""
+    order = strategy_order()
+    keys = sorted(
+        dict.fromkeys((r.pattern, r.model) for r in rows),
+        key=lambda k: (k[0] not in order, order.index(k[0]) if k[0] in order else 0, k[0]),
+    )
+    return [(f"{p}, {m}", [r for r in rows if (r.pattern, r.model) == (p, m)]) for p, m in keys]
+
+
 def step_breakdown(rows: list[PointRow]) -> Figure:
     """Horizontal bars, one per measured point, one panel per strategy, stacked by op@axis in
     milliseconds; an incomplete point (no point record) is hatched."""
     plt = setup()
     from matplotlib.patches import Patch
 
-    order = strategy_order()
-    pats = sorted(
-        {r.pattern for r in rows},
-        key=lambda p: (p not in order, order.index(p) if p in order else 0, p),
-    )
+    groups = panels(rows)
     keys = sorted({k for r in rows for k in r.breakdown})
     colors = dict(zip(keys, palette(len(keys))))
     runs = {r.run_id for r in rows}
-    heights = [0.9 + 0.42 * sum(r.pattern == p for r in rows) for p in pats]
+    heights = [0.9 + 0.42 * len(mine) for _, mine in groups]
     fig, axes = plt.subplots(
-        len(pats),
+        len(groups),
         1,
         figsize=(WIDTH, sum(heights) + 0.6),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
         layout="constrained",
     )
-    for ax, pat in zip(axes[:, 0], pats):
-        mine = [r for r in rows if r.pattern == pat]
+    for ax, (name, mine) in zip(axes[:, 0], groups):
+        pat = mine[0].pattern
         labels = [r.label + (f"  ({r.run_id})" if len(runs) > 1 else "") for r in mine]
         y = np.arange(len(mine))
         left = np.zeros(len(mine))
@@ -70,7 +77,7 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
         ax.set_xlim(0, max(left.max(), 1e-9) * 1.28)
-        title = f"{pat}: communication per training step"
+        title = f"{name}: communication per training step"
         if role(pat) is Role.PIPELINE:
             title += " (p2p schedule time includes its synthetic compute)"
         ax.set_title(title, loc="left", fontsize=11)
@@ -85,7 +92,8 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
     legend_outside(axes[0, 0], handles=handles, title="op@axis")
     caption = (
         "Communication time of one training step for each measured strategy config (suite "
-        "points), in milliseconds (seconds where a panel's longest bar exceeds 2 s), stacked by op and mesh axis (op@axis): sum over the "
+        "points), one panel per strategy and model, in milliseconds (seconds where a panel's "
+        "longest bar exceeds 2 s), stacked by op and mesh axis (op@axis): sum over the "
         "Program's steps of median time (slowest rank) x repeat count, all groups of an axis "
         f"at once. {len(rows)} point(s) from {len(runs)} run(s); label = model, "
         "tp-cp-(ep-)dp-pp layout [swept options]."
@@ -95,10 +103,23 @@ def step_breakdown(rows: list[PointRow]) -> Figure:
     )
 
 
+MAX_EP_SERIES = 6  # bars side by side per expert that still read as bars
+
+
+def ep_series(loads: list[EPLoad]) -> list[EPLoad]:
+    """The loads the figure draws: all of them when few, else the most imbalanced and, as
+    the baseline, the most balanced (MAX_EP_SERIES in all), most imbalanced first."""
+    if len(loads) <= MAX_EP_SERIES:
+        return loads
+    ranked = sorted(loads, key=lambda ld: -ld.imbalance)
+    return ranked[: MAX_EP_SERIES - 1] + ranked[-1:]
+
+
 def ep_load(loads: list[EPLoad]) -> Figure:
     """Left: tokens per expert; right: tokens per destination EP rank; one colour per router,
     the mean dashed; the legend carries max/mean imbalance and the dropped share."""
     plt = setup()
+    total, loads = len(loads), ep_series(loads)
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(WIDTH, 3.9), gridspec_kw={"wspace": 0.28})
     colors = palette(len(loads))
@@ -141,6 +162,11 @@ def ep_load(loads: list[EPLoad]) -> Figure:
         "dispatch, summed over the source ranks of one EP group, after the capacity limit "
         "(dotted: ep x capacity per expert). Dashed: the mean; max/mean is the imbalance "
         "that stretches the all-to-all."
+        + (
+            f" {len(loads)} of {total} points shown: the most imbalanced and the most balanced."
+            if len(loads) < total
+            else ""
+        )
     )
     return Figure("ep-imbalance", "EP: tokens per destination", caption, render(fig), "strategies")
 

@@ -217,6 +217,13 @@ def _accepts(tp: Any, value: Any, name: str) -> tuple[bool, Any]:
             return True, parse_size(value, name)
         return isinstance(value, int) and not isinstance(value, bool), value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e9 (no dot, no sign) as a string
+            try:
+                parsed = float(value)
+            except ValueError:
+                parsed = math.nan
+            if math.isfinite(parsed):
+                value = parsed
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         return ok, float(value) if ok else value
     if tp is str:
