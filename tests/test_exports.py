@@ -365,3 +365,60 @@ def test_llm_analysis_runs_on_the_exported_config(tmp_path):
     S = res["hidden"] * 4096 * 2
     assert res["tp"] == pytest.approx(2 * 1 / 2 * S / 370e9, rel=1e-9)
     assert res["step"] > 0
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory) -> Path:
+    """8 ranks on 2 real hosts of 4, ring-model links."""
+    root = tmp_path_factory.mktemp("hosts")
+    recs = _records("ring", (("intra", 2e-6, 60e9, (2, 4)), ("inter", 8e-6, 12e9, (2, 8))))
+    return _fit(root, "hosts", recs, {"world_size": 8, "num_hosts": 2, "ranks_per_node": 4})
+
+
+@pytest.mark.parametrize("which", ["reference", "virtual", "two_hosts"])
+def test_every_export_of_every_calibration_reads_back(which, request, tmp_path):
+    """The reference, virtual nodes (one host) and two real hosts, through all five exporters."""
+    cal = which if which == "reference" else str(request.getfixturevalue(which))
+    world = {"reference": 16, "virtual": 4, "two_hosts": 8}[which]
+    per_node = {"reference": 8, "virtual": 2, "two_hosts": 4}[which]
+    nodes = world // per_node
+    base = tmp_path / "calculon.json"
+    base.write_text(json.dumps(CALCULON_BASE))
+    gpus = ("--gpus", str(world))
+    assert _export("astra-sim", cal, *gpus, "-o", str(tmp_path / "n.yml")) == 0
+    assert _astra(tmp_path / "n.yml")["npus_count"] == [per_node, nodes]
+    assert _export("calculon", cal, *gpus, "--base", str(base), "-o", str(tmp_path / "s.json")) == 0
+    assert [n["size"] for n in _calculon(tmp_path / "s.json")["networks"][:2]] == [per_node, world]
+    _llm_analysis_config(tmp_path, cal)
+    assert _export("galvatron", cal, *gpus, "-o", str(tmp_path / "g")) == 0
+    ar = json.loads(
+        (
+            tmp_path / "g" / f"allreduce_bandwidth_{nodes}nodes_{per_node}gpus_per_node.json"
+        ).read_text()
+    )
+    assert f"allreduce_size_{world}_consec_1" in ar and "allreduce_size_2_consec_0" in ar
+    config = f"tp=2,dp={world // 2},z=0"
+    args = ("--model", "llama-7b", *gpus, "--config", config, "-o", str(tmp_path / "simai"))
+    assert _export("simai", cal, *args) == 0
+    header, rows = read_simai_workload((tmp_path / "simai" / "workload.txt").read_text())
+    assert header["all_gpus"] == world and rows
+    read_busbw_yaml((tmp_path / "simai" / "busbw.yaml").read_text())
+
+
+def test_readme_export_lines_run_as_written(two_hosts, tmp_path, monkeypatch, capsys):
+    """Each `commbench export` line of the README, in a directory holding the files it names."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    lines = [ln.split("#")[0].strip() for ln in readme.splitlines()]
+    lines = sorted({ln for ln in lines if ln.startswith("commbench export ")})
+    assert {shlex.split(ln)[2] for ln in lines} == {
+        "astra-sim", "calculon", "simai", "galvatron", "llm-analysis"
+    }  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "calibration.json").write_text(two_hosts.read_text())
+    (tmp_path / "h100_80g_nvl8.json").write_text(json.dumps(CALCULON_BASE))
+    (tmp_path / "h100-sxm-80gb.json").write_text(json.dumps(LLM_ANALYSIS_BASE))
+    for ln in lines:
+        assert cli.main(shlex.split(ln)[1:]) == 0, ln
+        assert "wrote " in capsys.readouterr().out, ln
