@@ -467,3 +467,20 @@ def test_a_real_virtual_node_run_exports_to_every_consumer(tmp_path, capsys):
         )
         == 0
     )
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (("simai", "reference", "--model", "llama-7b", "--config", "tp=2", "-o", "{tmp}"),
+         "does not say how many GPUs: pass --gpus N"),
+        (("galvatron", "reference", "-o", "{tmp}"), "does not say its nodes: pass --gpus N"),
+        (("astra-sim", "reference", "--sequence-parallel"), "--sequence-parallel is for simai"),
+        (("llm-analysis", "reference", "-o", "{tmp}/x.json"), "llm-analysis needs --base"),
+        (("astra-sim", "reference", "--gpus", "12"), "--gpus 12 is not a multiple of 8"),
+    ],
+)  # fmt: skip
+def test_export_usage_errors(argv, says, tmp_path, capsys):
+    assert _export(*(a.replace("{tmp}", str(tmp_path)) for a in argv)) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1

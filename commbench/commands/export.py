@@ -103,6 +103,7 @@ def _only_for(args: argparse.Namespace) -> None:
         "config": ("simai",),
         "seq_len": ("simai",),
         "global_batch": ("simai",),
+        "sequence_parallel": ("simai",),
     }
     for name, formats in owners.items():
         if getattr(args, name) not in (None, False) and args.format not in formats:
@@ -131,12 +132,16 @@ def _pricer(cal, backend: str | None):
 def _simai(args, cal, chosen) -> tuple[dict[str, str], list[str], str]:
     """workload.txt and busbw.yaml for the config's step, and SimAI's command line."""
     from commbench import plan
+    from commbench.errors import UsageError
     from commbench.formats import simai
     from commbench.formats.exportbase import cluster
     from commbench.traffic.patterns import Role, get
 
+    gpus = args.gpus or cluster(cal).gpus
+    if gpus is None:
+        raise UsageError(f"{cal.source} does not say how many GPUs: pass --gpus N")
     req = plan.request_from_flags(
-        cal, model=args.model, gpus=args.gpus or cluster(cal).gpus or 0,
+        cal, model=args.model, gpus=gpus,
         gpus_per_node=cluster(cal, args.gpus).per_node, gpu_memory_gb=None,
         seq_len=args.seq_len, global_batch=args.global_batch, micro_batch="1",
         zero_stage=None, sequence_parallel=args.sequence_parallel, mode="train",
