@@ -1,5 +1,5 @@
-"""What both simulator exporters need: one link model per link class, sizes, and the list of
-what a one-line-per-link network description cannot express."""
+"""What the exporters share: one link model per link class, the system's size (NPUs per node,
+nodes), the error gate, and the list of what a one-line-per-link description cannot express."""
 
 from __future__ import annotations
 

@@ -83,9 +83,11 @@ def rows(steps: Iterable[Step]) -> tuple[list[Row], list[str]]:
     hold every byte in as few rows as the busiest slot needs."""
     slots: dict[str, list[Comm]] = {"fwd": [], "ig": [], "wg": []}
     skipped: dict[str, float] = {}
+    rounded = 0.0
     for st in steps:
         kind, group = COMM_TYPES.get(st.op), group_of(st.axis)
         n = round(st.repeat)
+        rounded += abs(n - st.repeat) * st.nbytes
         if kind is None or group is None or n < 1:
             why = f"{st.op} on {st.axis}"
             skipped[why] = skipped.get(why, 0) + st.total_bytes
@@ -105,6 +107,8 @@ def rows(steps: Iterable[Step]) -> tuple[list[Row], list[str]]:
     ]
     notes = [f"{why}: {b / 1e9:.3g} GB per step not written (SimAI has no such group "
              "or op)" for why, b in sorted(skipped.items())]  # fmt: skip
+    if rounded:
+        notes.append(f"fractional repeats rounded to whole rows: {rounded / 1e9:.3g} GB off")
     return out, notes
 
 
