@@ -484,3 +484,22 @@ def test_export_usage_errors(argv, says, tmp_path, capsys):
     assert _export(*(a.replace("{tmp}", str(tmp_path)) for a in argv)) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
+
+
+def test_galvatron_is_priced_per_op_so_not_gated(tmp_path):
+    """A calibration whose link model is refused elsewhere still gives Galvatron profiles: they
+    come from the per-op series, as plan prices."""
+    recs = []
+    for p in (2, 4, 8):
+        recs += collective_records(
+            "allreduce", p, 0, 0, time_of=lambda s, p=p: 1e-6 * p**3 + s / (1e9 / p**2)
+        )
+    path = _fit(tmp_path, "bad", recs, {"world_size": 8, "ranks_per_node": 8})
+    assert _export("astra-sim", str(path)) == 2
+    assert _export("galvatron", str(path), "-o", str(tmp_path / "g")) == 0
+    ar = json.loads((tmp_path / "g" / "allreduce_bandwidth_1nodes_8gpus_per_node.json").read_text())
+    S, p = 64 << 20, 4
+    t = 1e-6 * p**3 + S / (1e9 / p**2)  # the measured series, not the (bad) link model
+    assert ar["allreduce_size_4_consec_1"] == pytest.approx(
+        2 * 3 / 4 * S / (1 << 20) / (t * 1e3), rel=0.05
+    )
