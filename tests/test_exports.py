@@ -433,7 +433,7 @@ def test_a_real_virtual_node_run_exports_to_every_consumer(tmp_path, capsys):
 
     results = tmp_path / "results"
     for placement in ("contiguous", "strided"):  # intra pairs, then pairs across the nodes
-        job = run_mpi(4, "run", "allreduce", "-b", "1K", "-e", "256K", "-f", "4",
+        job = run_mpi(4, "run", "allreduce", "-b", "1K", "-e", "512K", "-f", "2",
                       "--group-size", "2", "--placement", placement, "--ranks-per-node", "2",
                       "--budget", "0.05", "--results", str(results))  # fmt: skip
         assert job.returncode == 0, job.output[-2000:]
