@@ -503,3 +503,35 @@ def test_galvatron_is_priced_per_op_so_not_gated(tmp_path):
     assert ar["allreduce_size_4_consec_1"] == pytest.approx(
         2 * 3 / 4 * S / (1 << 20) / (t * 1e3), rel=0.05
     )
+
+
+@pytest.mark.consumers
+def test_simai_analytical_prices_the_workload_as_plan_does(tmp_path):
+    """SimAI-Analytical itself (a build of a SimAI that reads -busbw, e.g. aliyun/SimAI d44c48bb:
+    COMMBENCH_SIMAI_ANALYTICAL=path/to/SimAI_analytical) on the llama-7b TP2 DP4 export: its
+    exposed TP and DP communication (no overlap, 1 ns compute) are plan's tp and dp times."""
+    binary = os.environ.get("COMMBENCH_SIMAI_ANALYTICAL")
+    if not binary:
+        pytest.skip("no SimAI_analytical: set COMMBENCH_SIMAI_ANALYTICAL to a -busbw build")
+    from commbench import plan
+
+    out = tmp_path / "simai"
+    args = ("--model", "llama-7b", "--gpus", "8", "--config", "tp=2,dp=4,z=0", "-o", str(out))
+    assert _export("simai", "reference", *args) == 0
+    (out / "results" / "r").mkdir(parents=True)
+    cmd = [binary, "-w", "workload.txt", "-g", "8", "-g_p_s", "8", "-r", "r/x-", "-busbw",
+           "busbw.yaml"]  # fmt: skip
+    got = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stdout[-2000:]
+    row = (out / "results" / "r" / "x-EndToEnd.csv").read_text().splitlines()[1].split(",")
+    exposed_us = {k: float(row[i].split()[0]) for k, i in (("dp", 1), ("tp", 3))}
+    req = plan.request_from_flags(
+        plan.load_calibration(None), model="llama-7b", gpus=8, gpus_per_node=None,
+        gpu_memory_gb=None, seq_len=None, global_batch=None, micro_batch="1", zero_stage="0",
+        sequence_parallel=False, mode="train", peak_tflops=None, mfu=None,
+        recompute="selective", grad_dtype="float32", overlap_dp=False, orders="megatron",
+        extrapolate=True, backend=None,
+    )  # fmt: skip
+    ev = plan.explain(req, plan.load_calibration(None), "tp=2,dp=4,z=0")
+    assert exposed_us["tp"] / 1e6 == pytest.approx(ev.time.in_layer["tp"], rel=0.01)
+    assert exposed_us["dp"] / 1e6 == pytest.approx(ev.time.gradient, rel=0.05)
