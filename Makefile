@@ -15,7 +15,8 @@ RESULTS ?= results
 # Open MPI from PyPI; for a system MPI: `make demo MPIRUN=mpirun`.
 MPIRUN ?= $(BIN)/mpirun --oversubscribe
 PYTEST_ARGS ?=
-# export consumers run by `make test-all` (llm-analysis pins an old huggingface-hub: own venv)
+# export consumers run by `make test-all`: llm-analysis (pins an old huggingface-hub: own venv),
+# and psutil + pandas for a Calculon checkout named by COMMBENCH_CALCULON_SRC
 CONSUMERS_VENV ?= .venv-consumers
 
 export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -46,7 +47,7 @@ install: $(VENV)/.installed
 
 $(CONSUMERS_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(CONSUMERS_VENV)
-	$(CONSUMERS_VENV)/bin/python -m pip install -q "llm-analysis==0.2.2"
+	$(CONSUMERS_VENV)/bin/python -m pip install -q "llm-analysis==0.2.2" psutil pandas
 	touch $@
 
 consumers-venv: $(CONSUMERS_VENV)/.installed
@@ -61,7 +62,7 @@ test: install browser
 	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-all: install browser consumers-venv
-	COMMBENCH_LLM_ANALYSIS_PYTHON=$(abspath $(CONSUMERS_VENV))/bin/python $(BIN)/pytest -q $(PYTEST_ARGS)
+	COMMBENCH_CONSUMERS_PYTHON=$(abspath $(CONSUMERS_VENV))/bin/python $(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

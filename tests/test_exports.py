@@ -14,7 +14,7 @@ Format checks follow the consumers' source, read for this test (no code copied):
 - Galvatron (galvatron/utils/config_utils.py read_allreduce_bandwidth_config(gpu_num=W) and
   read_p2p_bandwidth_config): the keys it indexes.
 - llm-analysis 0.2.2 (llm_analysis/config.py GPUConfig): its real parser and analysis where the
-  `consumers` extra is installed (COMMBENCH_LLM_ANALYSIS_PYTHON, `make test-all`).
+  `consumers` extra is installed (COMMBENCH_CONSUMERS_PYTHON, `make test-all`).
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ print(json.dumps({"tp": a.get_latency_fwd_per_layer_tp_comm(1, 4096, 2),
 def test_llm_analysis_runs_on_the_exported_config(tmp_path):
     """llm-analysis 0.2.2's own GPUConfig and training analysis on the exported config; its TP
     all-reduce time is the calibration's bus-bandwidth term."""
-    python = os.environ.get("COMMBENCH_LLM_ANALYSIS_PYTHON")
+    python = os.environ.get("COMMBENCH_CONSUMERS_PYTHON")
     if not python:
         pytest.skip("llm-analysis not installed: make consumers-venv, then make test-all")
     cfg = _llm_analysis_config(tmp_path, "reference")
@@ -535,3 +535,60 @@ def test_simai_analytical_prices_the_workload_as_plan_does(tmp_path):
     ev = plan.explain(req, plan.load_calibration(None), "tp=2,dp=4,z=0")
     assert exposed_us["tp"] / 1e6 == pytest.approx(ev.time.in_layer["tp"], rel=0.01)
     assert exposed_us["dp"] / 1e6 == pytest.approx(ev.time.gradient, rel=0.05)
+
+
+CALCULON_RUN = """
+import json, logging, sys
+from calculon.llm import Llm
+from calculon.network import Network
+from calculon.system import System
+system = System(json.load(open(sys.argv[1])))
+nets = json.load(open(sys.argv[1]))["networks"]
+exe = json.load(open(sys.argv[2]))
+m = Llm(Llm.Application(json.load(open(sys.argv[3]))), logging.getLogger())
+m.compile(system, Llm.Execution.from_json(exe))
+m.run(system)
+print(json.dumps({"sizes": [n.size for n in system.networks],
+                  "ar8": Network(nets[0]).time("all_reduce", 1 << 26, 8),
+                  "total": m.get_stats_json(False)["total_time"]}))
+"""
+CALCULON_EXECUTION = {  # keys and types of Calculon's examples/3072_t4_p64_d12_mbs4_full.json
+    "num_procs": 32, "tensor_par": 8, "pipeline_par": 4, "data_par": 1, "tensor_par_net": 0,
+    "pipeline_par_net": 1, "data_par_net": 1, "batch_size": 64, "microbatch_size": 1,
+    "datatype": "float16", "fused_activation": True, "attention_type": "multihead",
+    "activation_recompute": "full", "pipeline_interleaving": 1, "optimizer_sharding": False,
+    "tensor_par_comm_type": "rs_ag", "tensor_par_overlap": "none", "seq_par_ag_redo": False,
+    "data_par_overlap": False, "weight_offload": False, "activations_offload": False,
+    "optimizer_offload": False, "training": True,
+}  # fmt: skip
+
+
+@pytest.mark.consumers
+def test_calculon_runs_an_llm_step_on_the_export(tmp_path):
+    """Calculon itself (a checkout: COMMBENCH_CALCULON_SRC, run by the consumers venv's Python)
+    loads the system file filled into its own systems/h100_80g_nvl8.json and runs megatron-22B
+    TP8 PP4 on 32 NPUs; its all-reduce time is commbench's ring link model, alpha once."""
+    src, python = (
+        os.environ.get("COMMBENCH_CALCULON_SRC"),
+        os.environ.get("COMMBENCH_CONSUMERS_PYTHON"),
+    )
+    if not (src and python):
+        pytest.skip("no Calculon: set COMMBENCH_CALCULON_SRC and COMMBENCH_CONSUMERS_PYTHON")
+    out, exe = tmp_path / "system.json", tmp_path / "exe.json"
+    base = Path(src) / "systems" / "h100_80g_nvl8.json"
+    assert (
+        _export("calculon", "reference", "--gpus", "32", "--base", str(base), "-o", str(out)) == 0
+    )
+    exe.write_text(json.dumps(CALCULON_EXECUTION))
+    model = Path(src) / "models" / "megatron-22B.json"
+    got = subprocess.run(
+        [python, "-c", CALCULON_RUN, str(out), str(exe), str(model)], capture_output=True,
+        text=True, timeout=300, env={**os.environ, "PYTHONPATH": src},
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr[-2000:]
+    res = json.loads(got.stdout.strip().splitlines()[-1])
+    assert res["sizes"][:2] == [8, 32] and res["total"] > 0
+    cal = calibration.load(Path(calibration.__file__).parent / "reference-h100-ib400.json")
+    ring = cal.doc["link_table"][0]["models"]["ring"]
+    want = ring["alpha_s"] + model_time("ring", "allreduce", 8, 1 << 26, 0, ring["beta_s_per_byte"])
+    assert res["ar8"] == pytest.approx(want, rel=1e-9)
