@@ -15,6 +15,8 @@ Format checks follow the consumers' source, read for this test (no code copied):
   read_p2p_bandwidth_config): the keys it indexes.
 - llm-analysis 0.2.2 (llm_analysis/config.py GPUConfig): its real parser and analysis where the
   `consumers` extra is installed (COMMBENCH_CONSUMERS_PYTHON, `make test-all`).
+The consumers themselves (marker `consumers`), where present: llm-analysis, Calculon from a
+checkout (COMMBENCH_CALCULON_SRC), SimAI-Analytical from a build (COMMBENCH_SIMAI_ANALYTICAL).
 """
 
 from __future__ import annotations
