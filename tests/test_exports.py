@@ -480,6 +480,7 @@ def test_a_real_virtual_node_run_exports_to_every_consumer(tmp_path, capsys):
         (("astra-sim", "reference", "--sequence-parallel"), "--sequence-parallel is for simai"),
         (("llm-analysis", "reference", "-o", "{tmp}/x.json"), "llm-analysis needs --base"),
         (("astra-sim", "reference", "--gpus", "12"), "--gpus 12 is not a multiple of 8"),
+        (("astra-sim", "reference", "--message-size", "1M"), "--message-size is for galvatron"),
     ],
 )  # fmt: skip
 def test_export_usage_errors(argv, says, tmp_path, capsys):

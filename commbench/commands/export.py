@@ -68,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallel")
     p.add_argument(
         "--message-size",
-        default="64M",
+        default=None,
         help="galvatron: the message the bandwidths are priced at (default: 64M)",
     )
 
@@ -105,6 +105,7 @@ def _only_for(args: argparse.Namespace) -> None:
         "seq_len": ("simai",),
         "global_batch": ("simai",),
         "sequence_parallel": ("simai",),
+        "message_size": ("galvatron",),
     }
     for name, formats in owners.items():
         if getattr(args, name) not in (None, False) and args.format not in formats:
@@ -221,7 +222,7 @@ def main(args: argparse.Namespace) -> int:
         where = cluster(cal, args.gpus)
         if not where.per_node or not where.nodes:
             raise UsageError(f"{cal.source} does not say its nodes: pass --gpus N")
-        nbytes = parse_size(args.message_size, "--message-size")
+        nbytes = parse_size(args.message_size or "64M", "--message-size")
         files = galvatron.export(where.nodes, where.per_node, nbytes, _pricer(cal, args.backend))
         notes = [f"bandwidths priced at {nbytes} B messages on {where.nodes} node(s) of "
                  f"{where.per_node} ({where.source})"]  # fmt: skip
