@@ -471,6 +471,18 @@ def test_a_real_virtual_node_run_exports_to_every_consumer(tmp_path, capsys):
     )
 
 
+def test_one_node_of_an_inter_only_calibration_is_refused(tmp_path, capsys):
+    """--gpus within one node drops the inter link; with nothing left the export says why."""
+    doc = json.loads((Path(calibration.__file__).parent / "reference-h100-ib400.json").read_text())
+    doc["link_table"] = [e for e in doc["link_table"] if e["link_class"] == "inter"]
+    path = tmp_path / "inter.json"
+    path.write_text(json.dumps(doc))
+    assert _export("astra-sim", str(path), "--gpus", "8") == 2
+    assert "has only inter links, which a one-node system of 8 NPUs" in capsys.readouterr().err
+    assert _export("astra-sim", str(path), "--gpus", "16", "-o", str(tmp_path / "n.yml")) == 0
+    assert _astra(tmp_path / "n.yml")["npus_count"] == [2]
+
+
 @pytest.mark.parametrize(
     "argv, says",
     [

@@ -150,6 +150,11 @@ def tiers(
                 m.get("median_rel_err"),
             )
         )
+    if not out:
+        raise UsageError(
+            f"{cal.source} has only {', '.join(order)} links, which a one-node system of "
+            f"{where.per_node} NPUs does not use: pass a larger --gpus"
+        )
     return out
 
 
