@@ -176,7 +176,7 @@ def _simai(args, cal, chosen) -> tuple[dict[str, str], list[str], str]:
            + (f" -nv {nv:.6g}" if nv else "") + (f" -nic {nic:.6g}" if nic else "")
            + f" -r {cfg.label}-")  # fmt: skip
     notes += [
-        f"config {cfg.label}: {len(rows)} rows from the step Programs ({', '.join(progs)})",
+        f"config {cfg.full_label}: {len(rows)} rows from the step Programs ({', '.join(progs)})",
         "context parallelism, broadcasts and the 1F1B schedule are not expressible: SimAI "
         "prices pipeline messages as 2 x vpp x ga x pp_comm / PP busbw and the bubble itself",
         "compute times are 1 ns (commbench has no per-layer compute); -nic assumes one NIC per "
