@@ -15,16 +15,20 @@ RESULTS ?= results
 # Open MPI from PyPI; for a system MPI: `make demo MPIRUN=mpirun`.
 MPIRUN ?= $(BIN)/mpirun --oversubscribe
 PYTEST_ARGS ?=
+# export consumers run by `make test-all`: llm-analysis (pins an old huggingface-hub: own venv),
+# and psutil + pandas for a Calculon checkout named by COMMBENCH_CALCULON_SRC
+CONSUMERS_VENV ?= .venv-consumers
 
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install test test-all lint format demo demo-cluster report bench gpu-check browser clean help
+.PHONY: install consumers-venv test test-all lint format demo demo-cluster report bench gpu-check browser clean help
 
 help:
 	@echo "make demo    install, then measure on $(NP) local MPI ranks, fit, plan and report"
 	@echo "make test    install, then run the test suite"
+	@echo "make test-all  every test, slow ones and the export consumers (llm-analysis venv) too"
 	@echo "make report  build $(RESULTS)/report/index.html (runs a quick suite first if empty)"
 	@echo "make bench   benchmarks of commbench itself"
 	@echo "make demo-cluster  the demo on 2 emulated nodes x 2 ranks, links shaped to $(EMU_RATE) (root)"
@@ -41,6 +45,13 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 
 install: $(VENV)/.installed
 
+$(CONSUMERS_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CONSUMERS_VENV)
+	$(CONSUMERS_VENV)/bin/python -m pip install -q "llm-analysis==0.2.2" psutil pandas
+	touch $@
+
+consumers-venv: $(CONSUMERS_VENV)/.installed
+
 # Debian's chromium for the report's browser test (as root, when missing).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
@@ -50,8 +61,8 @@ browser:
 test: install browser
 	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
 
-test-all: install browser
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+test-all: install browser consumers-venv
+	COMMBENCH_CONSUMERS_PYTHON=$(abspath $(CONSUMERS_VENV))/bin/python $(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

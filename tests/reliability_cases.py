@@ -660,7 +660,8 @@ EXPORT: list[BadInput] = [
     BadInput(
         "export-unknown-target",
         ("export", "astra", CAL),
-        r"invalid choice: 'astra' \(choose from 'astra-sim', 'calculon'\)",
+        r"invalid choice: 'astra' \(choose from 'astra-sim', 'calculon', 'simai', 'galvatron', "
+        r"'llm-analysis'\)",
     ),
     BadInput(
         "export-missing-calibration",
@@ -669,7 +670,7 @@ EXPORT: list[BadInput] = [
     ),
     BadInput(
         "export-corrupt-calibration",
-        ("export", "calculon", CAL),
+        ("export", "calculon", CAL, "--base", CAL),
         r"cal.json:1: not valid JSON",
         setup=_file("cal.json", '{"schema_version": 1, "kind": '),
     ),
@@ -694,7 +695,7 @@ EXPORT: list[BadInput] = [
     ),
     BadInput(
         "export-output-is-a-directory",
-        ("export", "calculon", CAL, "-o", "{tmp}"),
+        ("export", "astra-sim", CAL, "-o", "{tmp}"),
         r"cannot write .*: Is a directory",
         setup=_calibration,
     ),
@@ -714,6 +715,36 @@ EXPORT: list[BadInput] = [
         "export-base-for-astra-sim",
         ("export", "astra-sim", CAL, "--base", CAL),
         r"--base is for calculon",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-calculon-without-base",
+        ("export", "calculon", CAL),
+        r"calculon needs --base: its own system file",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-simai-without-config",
+        ("export", "simai", CAL, "-o", "{tmp}/simai"),
+        r"simai needs --model and --config",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-galvatron-without-directory",
+        ("export", "galvatron", CAL),
+        r"galvatron writes several files: pass -o DIRECTORY",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-llm-analysis-base-lacks-fields",
+        ("export", "llm-analysis", CAL, "--base", CAL),
+        r"--base .*cal.json: an llm-analysis GPU config needs name, mem_per_GPU_in_GB",
+        setup=_calibration,
+    ),
+    BadInput(
+        "export-model-for-astra-sim",
+        ("export", "astra-sim", CAL, "--model", "llama-7b"),
+        r"--model is for simai",
         setup=_calibration,
     ),
     BadInput(

@@ -533,6 +533,6 @@ def read_calibration(path: Path) -> None:
     try:
         chosen = tiers(cal, npus={t: 4 for t in cal.link_classes})
         astra_sim.export(cal, chosen, {})
-        calculon.export(cal, chosen)
+        calculon.export(cal, chosen, {"networks": []})
     except UsageError as e:
         one_line(e)

@@ -1,5 +1,6 @@
 """Exporters: ASTRA-sim network.yml and Calculon network tiers, parsed back and checked against
-the calibration they came from (synthetic ring-model runs with stated alpha/beta)."""
+the calibration they came from (synthetic ring-model runs with stated alpha/beta). The
+consumers' formats and the other exporters: test_exports.py."""
 
 from __future__ import annotations
 
@@ -89,7 +90,9 @@ def test_astra_sim_switch_counts_two_hops(cal_path, capsys):
 
 def test_calculon_tiers(cal_path, tmp_path, capsys):
     out = tmp_path / "net.json"
-    assert cli.main(["export", "calculon", str(cal_path), "-o", str(out)]) == 0
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"networks": []}))
+    assert cli.main(["export", "calculon", str(cal_path), "--base", str(base), "-o", str(out)]) == 0
     nets = json.loads(out.read_text())["networks"]
     assert [n["size"] for n in nets] == [8, 32]  # tier 1 reaches all 8 x 4 NPUs
     for n, (a, bw) in zip(nets, ((A_INTRA, BW_INTRA), (A_INTER, BW_INTER))):
@@ -119,6 +122,8 @@ def test_calculon_tiers(cal_path, tmp_path, capsys):
             2 * (p - 1) / p * S / bw, rel=1e-4
         )
     assert "latency is the fitted per-step alpha" in capsys.readouterr().out
+    assert cli.main(["export", "calculon", str(cal_path), "-o", str(out)]) == 2  # no base
+    assert "calculon needs --base" in capsys.readouterr().err
 
 
 def test_calculon_fills_a_base_system_file(cal_path, tmp_path, capsys):

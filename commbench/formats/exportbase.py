@@ -1,5 +1,5 @@
-"""What both simulator exporters need: one link model per link class, sizes, and the list of
-what a one-line-per-link network description cannot express."""
+"""What the exporters share: one link model per link class, the system's size (NPUs per node,
+nodes), the error gate, and the list of what a one-line-per-link description cannot express."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from commbench.calibration import TIMING_PREFERENCE, Calibration
 from commbench.errors import UsageError
 
 LINK_ORDER = ("intra", "inter")
+REFERENCE_NODES = 2  # inter NPUs of a reference export without --gpus / --npus inter=N
+MAX_MEDIAN_ERR = 0.25  # a link model missing its points by more is refused without --force
 
 
 @dataclass(frozen=True)
@@ -48,16 +50,55 @@ def _runs_value(cal: Calibration, key: str) -> int | None:
     return max(values) if values else None
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """NPUs per node and nodes of the exported system, and where each number came from."""
+
+    per_node: int | None
+    nodes: int | None
+    source: str
+
+    @property
+    def gpus(self) -> int | None:
+        return self.per_node * self.nodes if self.per_node and self.nodes else None
+
+
+def cluster(cal: Calibration, gpus: int | None = None) -> Cluster:
+    """NPUs per node: the runs' ranks per node (real or `--ranks-per-node` virtual nodes), else
+    the calibration's device (the reference's gpus_per_node). Nodes: `gpus` / per node when
+    asked, else the runs' world / ranks per node (virtual nodes count, one real host or not),
+    else the runs' hosts; None where the calibration cannot tell (the reference)."""
+    rpn = _runs_value(cal, "ranks_per_node")
+    device = cal.doc.get("device") or {}
+    per_node = rpn or device.get("gpus_per_node")
+    source = "the runs' ranks per node" if rpn else "the calibration's device"
+    if gpus is not None:
+        if per_node and gpus % per_node:
+            raise UsageError(f"--gpus {gpus} is not a multiple of {per_node} NPUs per node")
+        return Cluster(per_node, gpus // per_node if per_node else None, "--gpus")
+    nodes = None
+    runs = cal.doc["provenance"].get("runs", [])
+    sizes = [r["world_size"] // r["ranks_per_node"] for r in runs if r.get("world_size")
+             and r.get("ranks_per_node")]  # fmt: skip
+    if sizes:
+        nodes, source = max(sizes), source + " and world sizes"
+    elif _runs_value(cal, "num_hosts"):
+        nodes = _runs_value(cal, "num_hosts")
+    return Cluster(per_node, nodes, source)
+
+
 def tiers(
     cal: Calibration,
     backend: str | None = None,
     timing: str | None = None,
     npus: dict | None = None,
+    gpus: int | None = None,
 ) -> list[Tier]:
     """Intra then inter (then any other link class): the link table's best model of each.
 
-    npus per tier: --npus, else for intra the largest intra group measured and for inter the
-    number of hosts of the runs (else the largest inter group)."""
+    npus per tier: --npus, else intra = NPUs per node and inter = nodes (`cluster`); else the
+    largest group measured on the link. The reference has no nodes: inter defaults to 2 (the
+    smallest system with an inter link; `notes` says so), or --gpus / --npus inter=N."""
     npus = npus or {}
     entries = cal.doc["link_table"]
     if not entries:
@@ -80,24 +121,20 @@ def tiers(
     if not chosen:
         raise UsageError(f"{cal.source}: no link table entry for backend {backend} timing {timing}")
     order = sorted(chosen, key=lambda k: (LINK_ORDER.index(k) if k in LINK_ORDER else 9, k))
+    where = cluster(cal, gpus)
+    known = {"intra": where.per_node, "inter": where.nodes}
+    if cal.kind == "reference" and known["inter"] is None:
+        known["inter"] = REFERENCE_NODES
     out = []
     for link in order:
         e = chosen[link]
         m = e["models"][e["best_model"]]
         if not m["beta_s_per_byte"] > 0:
             raise UsageError(f"{cal.source}: link {link} has no bandwidth term (beta = 0)")
-        n = npus.get(link)
-        if n is None:
-            sizes = e.get("group_sizes") or []
-            if link == "inter":
-                n = (
-                    _runs_value(cal, "num_hosts")
-                    if (_runs_value(cal, "num_hosts") or 0) > 1
-                    else None
-                )
-                n = n or (max(sizes) if sizes else None)
-            else:
-                n = max(sizes) if sizes else None
+        sizes = e.get("group_sizes") or []
+        n = npus.get(link) or known.get(link) or (max(sizes) if sizes else None)
+        if n == 1 and link not in npus:
+            continue  # one node (--gpus): the system has no such link
         if not n or n < 2:
             raise UsageError(
                 f"cannot tell how many NPUs the {link} dimension has (measured group sizes: "
@@ -113,7 +150,28 @@ def tiers(
                 m.get("median_rel_err"),
             )
         )
+    if not out:
+        raise UsageError(
+            f"{cal.source} has only {', '.join(order)} links, which a one-node system of "
+            f"{where.per_node} NPUs does not use: pass a larger --gpus"
+        )
     return out
+
+
+def check_error(used: list[Tier], force: bool) -> list[str]:
+    """Refuse (UsageError) a link model that misses its measured points by a median over
+    MAX_MEDIAN_ERR: the consumer would price every message from it, while commbench's own
+    plan prices from the per-op series. With `force`, the warnings to print instead."""
+    bad = [t for t in used if t.median_rel_err is not None and t.median_rel_err > MAX_MEDIAN_ERR]
+    warnings = [
+        f"the {t.link_class} {t.model} link model misses its measured points by a median "
+        f"{t.median_rel_err:.1%} (over {MAX_MEDIAN_ERR:.0%}): the export prices every message "
+        "from it, commbench plan from the per-op series"
+        for t in bad
+    ]
+    if warnings and not force:
+        raise UsageError(warnings[0] + "; pass --force to export it anyway")
+    return warnings
 
 
 def not_expressed(cal: Calibration, used: list[Tier]) -> list[str]:
