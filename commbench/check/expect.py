@@ -58,10 +58,15 @@ class Threshold:
         return sum(v is not None for v in (self.link_class, self.bytes, self.group_size))
 
 
-def _number(v: Any, where: str, positive: bool = True) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or (positive and v <= 0):
+def _number(v: Any, where: str) -> float:
+    """A positive number; a numeric string too (PyYAML reads `1e-6`, without a dot, as one)."""
+    try:
+        x = float(v) if isinstance(v, str) else v
+    except ValueError:
+        x = None
+    if isinstance(x, bool) or not isinstance(x, int | float) or not 0 < x < float("inf"):
         raise UsageError(f"{where} must be a positive number, not {v!r}")
-    return float(v)
+    return float(x)
 
 
 def parse_thresholds(doc: Any, source: str, min_pct: float | None = None) -> list[Threshold]:
