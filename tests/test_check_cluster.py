@@ -16,6 +16,7 @@ from test_records import check_against_schema
 
 from commbench.emulate import netns
 from commbench.emulate.topology import goodput_bytes_per_s
+from commbench.report import ReportOptions, build_report
 from commbench.results.rundir import read_run
 
 from conftest import REPO, commbench_cmd, job_env, run_mpi
@@ -66,6 +67,9 @@ def test_four_ranks_records_map_and_matrix(tmp_path):
     m = doc["pair_matrix_GBps"]
     assert all((m[i][j] is None) == (i == j) for i in range(4) for j in range(4))
     assert "pair bandwidth" in job.stdout and "# outliers: none" in job.stdout
+    rep = build_report(ReportOptions(runs=[tmp_path / "c"], out=tmp_path / "rep", fit=False))
+    assert [f.name for f in rep.figures] == ["check-pairs-1"]
+    assert "c: no outlier" in rep.html.read_text()
 
 
 @pytest.mark.mpi
@@ -122,6 +126,10 @@ def test_the_node_at_half_rate_is_named_and_no_other(tmp_path):
     assert m[0][1] == pytest.approx(GOODPUT_GBPS, rel=0.15), out  # the good links at the rate
     assert m[0][2] == pytest.approx(GOODPUT_GBPS / 2, rel=0.15), out
     assert "node   sendrecv pairs   inter" in out and "emu-node2" in out
+    rep = build_report(ReportOptions(runs=[tmp_path / "slow"], out=tmp_path / "rep", fit=False))
+    assert [f.name for f in rep.figures] == ["check-pairs-1"]
+    row = "<td>node</td><td>sendrecv pairs</td><td>inter</td><td>emu-node2</td>"
+    assert rep.html.read_text().count(row) == 1  # the report's outlier table names it too
 
 
 @needs_root

@@ -117,6 +117,16 @@ def rank_map(devices: Sequence[dict], world: int) -> list[RankInfo]:
     return [RankInfo.from_meta(d) for d in devices]
 
 
+def places(records: Sequence[CheckRecord], devices: Sequence[dict]) -> list[dict]:
+    """Each rank's host and local rank as its records name them (the pretend node under
+    --ranks-per-node), its device from meta.json's `devices`: the map of a finished run."""
+    out = [dict(d) for d in devices]
+    for rec in records:
+        for r, h, lr in zip(rec.ranks, rec.hosts, rec.local_ranks):
+            out[r].update(host=h, local_rank=lr)
+    return out
+
+
 def sample(rec: CheckRecord) -> Sample:
     test = "sendrecv pairs" if rec.test == "pairs" else f"{rec.op} {rec.test}"
     return Sample(test, tuple(rec.ranks), rec.link_class, rec.busbw_GBps)

@@ -10,6 +10,8 @@ from typing import TextIO
 
 from commbench.check.summary import Result, Summary
 
+MATRIX_MAX_RANKS = 32  # larger jobs print the host x host matrix
+
 
 def _gb(v: float | None) -> str:
     return "." if v is None else f"{v:.4g}"
@@ -55,7 +57,9 @@ def _result_line(r: Result) -> str:
     )
 
 
-def print_summary(summary: Summary, max_ranks: int, out: TextIO | None = None) -> None:
+def print_summary(
+    summary: Summary, max_ranks: int = MATRIX_MAX_RANKS, out: TextIO | None = None
+) -> None:
     w = (out or sys.stdout).write
     w("# rank -> host, local rank, device\n")
     for i, r in enumerate(summary.ranks[:max_ranks]):

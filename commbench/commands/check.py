@@ -30,7 +30,6 @@ HELP = "cluster acceptance: all-pairs links, per-node groups, outliers, pass/fai
 DEFAULT_BYTES = "4M"
 DEFAULT_ITERS = 5
 DEFAULT_WARMUP = 1
-MATRIX_MAX_RANKS = 32  # larger jobs print the host x host matrix
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -154,7 +153,7 @@ def _measure(args, launch, opts, timing, nbytes, dtype, rule, thresholds, cal, m
             else:
                 from commbench.check.text import print_summary
 
-                print_summary(summary, MATRIX_MAX_RANKS)
+                print_summary(summary)
             say(f"results: {s.writer.path}")
             code = summary.exit_code
         code = s.world.bcast_obj(code, root=0)  # everyone waits for rank 0's output
