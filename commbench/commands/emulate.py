@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "cmd",
         nargs=argparse.REMAINDER,
         metavar="-- COMMAND",
-        help="the commbench command to run on the nodes (run ..., suite ...)",
+        help="the commbench command to run on the nodes (run ..., suite ..., check ...)",
     )
 
 
