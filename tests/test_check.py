@@ -167,6 +167,8 @@ def test_thresholds_file_entries_and_the_most_specific_match():
     assert e is not None and e.GBps == 3.0
     e, why = expected("allreduce", 1 << 20, 4, "intra", ts, None, 80)
     assert e is None and "no threshold" in why
+    ts = parse_thresholds(doc, "t.yaml", min_pct=70)  # --min-pct: over the file's, not entries'
+    assert [t.min_pct for t in ts] == [70, 50, 70]
 
 
 @pytest.mark.parametrize(

@@ -76,9 +76,10 @@ def parse_thresholds(doc: Any, source: str, min_pct: float | None = None) -> lis
     extra = set(doc) - {"expect", "min_pct"}
     if extra:
         raise UsageError(f"{source}: unknown key(s) {', '.join(sorted(extra))} (expect, min_pct)")
-    default = min_pct if min_pct is not None else DEFAULT_MIN_PCT
+    default = DEFAULT_MIN_PCT if min_pct is None else min_pct  # --min-pct over the file's
     if "min_pct" in doc:
-        default = _number(doc["min_pct"], f"{source}: min_pct")
+        file_pct = _number(doc["min_pct"], f"{source}: min_pct")
+        default = file_pct if min_pct is None else min_pct
     out: list[Threshold] = []
     seen: dict[tuple, str] = {}
     for i, e in enumerate(doc["expect"]):

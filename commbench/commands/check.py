@@ -22,9 +22,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from commbench.commands import common
 from commbench.errors import UsageError
+
+if TYPE_CHECKING:
+    from commbench.calibration import Calibration
+    from commbench.check.expect import Threshold
+    from commbench.check.outliers import Rule
+    from commbench.measure.launch import LaunchInfo
+    from commbench.measure.runner import TimingConfig
+    from commbench.measure.session import SessionOptions
 
 HELP = "cluster acceptance: all-pairs links, per-node groups, outliers, pass/fail vs expected"
 DEFAULT_BYTES = "4M"
@@ -51,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--calibration", default=None,
                    help="price what no threshold covers: a calibration JSON, or `reference`")  # fmt: skip
     g.add_argument("--min-pct", type=common.positive_float, default=None,
-                   help="fail below this %% of expected (default: the file's, else 80)")  # fmt: skip
+                   help="fail below this %% of expected (over the file's top-level min_pct; default 80)")  # fmt: skip
     g.add_argument("--outlier-ratio", type=common.positive_float, default=0.7,
                    help="an outlier is below this fraction of its peers' median "
                    "(default: %(default)s)")  # fmt: skip
@@ -74,7 +83,7 @@ def calls_per_unit(args: argparse.Namespace) -> int:
     return 1 + 2 + args.warmup + args.iters
 
 
-def expectations(args: argparse.Namespace):
+def expectations(args: argparse.Namespace) -> tuple[list[Threshold], Calibration | None]:
     """(thresholds, calibration): loaded and checked before any communication, on every rank."""
     from commbench.check.expect import load_thresholds
 
@@ -121,7 +130,20 @@ def main(args: argparse.Namespace) -> int:
     return _measure(args, launch, opts, timing, nbytes, dtype, rule, thresholds, cal, min_pct)
 
 
-def _measure(args, launch, opts, timing, nbytes, dtype, rule, thresholds, cal, min_pct) -> int:
+def _measure(
+    args: argparse.Namespace,
+    launch: LaunchInfo,
+    opts: SessionOptions,
+    timing: TimingConfig,
+    nbytes: int,
+    dtype: str,
+    rule: Rule,
+    thresholds: list[Threshold],
+    cal: Calibration | None,
+    min_pct: float,
+) -> int:
+    """Measure on every rank; rank 0 judges, prints and writes check.json; all return its
+    exit status (broadcast, so no rank exits before rank 0 has printed)."""
     from commbench.check.schedule import build
     from commbench.check.summary import summarize
     from commbench.measure import linkcheck
