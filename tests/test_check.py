@@ -238,6 +238,14 @@ def test_exit_status(slow, expect_gbps, wrong, code):
         assert [o["where"] for o in doc["outliers"]] == ["h3"]
 
 
+def test_a_group_measured_twice_counts_once_by_its_better_attempt():
+    first = _record((0, 1, 2, 3), 0.2, test="node", op="allreduce", link="intra")
+    again = _record((0, 1, 2, 3), 0.9, test="node", op="allreduce", link="intra")
+    again.round = 1
+    s = summarize([first, again, _record((0, 1), 1.0)], DEVICES)
+    assert [(r.test, r.GBps) for r in s.results] == [("node", 0.9), ("pairs", 1.0)]
+
+
 # ---------------------------------------------------------------- the command, before any talk
 
 

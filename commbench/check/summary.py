@@ -127,6 +127,24 @@ def places(records: Sequence[CheckRecord], devices: Sequence[dict]) -> list[dict
     return out
 
 
+def best_attempts(records: Sequence[CheckRecord]) -> list[CheckRecord]:
+    """Each group's better attempt (a group measured again to confirm a suspect); pairs as
+    they are, in order."""
+    best: dict[tuple, CheckRecord] = {}
+    out: list[CheckRecord] = []
+    for rec in records:
+        if rec.test == "pairs":
+            out.append(rec)
+            continue
+        key = (rec.test, rec.op, tuple(rec.ranks))
+        if key not in best:
+            out.append(rec)
+            best[key] = rec
+        elif rec.busbw_GBps > best[key].busbw_GBps:
+            out[out.index(best[key])] = best[key] = rec
+    return out
+
+
 def sample(rec: CheckRecord) -> Sample:
     test = "sendrecv pairs" if rec.test == "pairs" else f"{rec.op} {rec.test}"
     return Sample(test, tuple(rec.ranks), rec.link_class, rec.busbw_GBps)
@@ -141,6 +159,7 @@ def summarize(
     min_pct: float = DEFAULT_MIN_PCT,
 ) -> Summary:
     """Judge a check run: outliers among peers, and each result against its expectation."""
+    records = best_attempts(records)
     world = records[0].world_size if records else len(devices)
     ranks = rank_map(devices, world)
     judgement = Judgement()

@@ -162,7 +162,7 @@ def _measure(
         say(f"# commbench check: backend {opts.backend}, world {s.world.size} on {hosts} "
             f"host(s), S = {nbytes} B {dtype}")  # fmt: skip
         say(f"# cost: {sched.cost(calls_per_unit(args), nbytes)}")
-        records = linkcheck.measure(s, sched, nbytes, dtype, say, args.collectives)
+        records = linkcheck.measure(s, sched, nbytes, dtype, say, rule, args.collectives)
         code = 0
         if s.is_root:
             assert s.writer is not None

@@ -21,7 +21,7 @@ class CheckRecord(Measurement):
     kind: Literal["check"] = "check"
     backend: str
     test: str  # pairs | node | rail
-    round: int  # the pair schedule's round (0-based); -1 for groups
+    round: int  # pairs: the schedule's round (0-based); groups: the attempt (1: again)
     ranks: list[int]  # world ranks, ascending
     hosts: list[str]  # host of each rank
     local_ranks: list[int]  # local rank of each rank on its host
