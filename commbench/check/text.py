@@ -50,7 +50,8 @@ def matrix_lines(summary: Summary, max_ranks: int) -> list[str]:
 
 def _result_line(r: Result) -> str:
     exp = f"{_gb(r.expected_GBps):>9} {r.pct:>7.1f}%" if r.pct is not None else f"{'-':>9} {'-':>8}"
-    where = ",".join(sorted(set(r.hosts)))
+    hosts = sorted(set(r.hosts))
+    where = ",".join(hosts) if len(hosts) <= 2 else f"{len(hosts)} hosts: {hosts[0]}, ..."
     return (
         f"{r.test:<6} {r.op:<9} {r.link_class:<5} {r.group_size:>4} {where:<28} "
         f"{_gb(r.GBps):>9} {exp} {r.status}"
