@@ -43,6 +43,8 @@ def run_kind(run: Run) -> str:
     backend = run.meta.get("backend") or first.get("backend", "?")
     world = run.meta.get("world_size") or first.get("world_size", "?")
     where = f"{backend} world {world}"
+    if sub == "check":  # one kind whatever its first pair's link class
+        return f"check, {where}"
     if sub == "suite":
         words = (run.meta.get("command") or "").split()
         name = first.get("suite") or (words[2] if len(words) > 2 else "?")
