@@ -171,3 +171,24 @@ def test_a_suspect_group_is_measured_again_and_judged_by_its_better_attempt(tmp_
                      and x["ranks"] == r["ranks"])  # fmt: skip
         best = max(first["busbw_GBps"], r["busbw_GBps"])
         assert kept[(r["op"], tuple(r["ranks"]))] == best
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "schedule,pairs",
+    [
+        (("--schedule", "nodes"), [(0, 2), (1, 3)]),  # node pairs: local rank r with r
+        (("--schedule", "sampled", "--peers", "1", "--seed", "0"), None),
+    ],
+)
+def test_large_job_schedules_say_their_cost_and_run_it(tmp_path, schedule, pairs):
+    job = run_mpi(4, "check", "-b", "64K", "-n", "3", "--ranks-per-node", "2", "--backend", "mpi",
+                  "--no-collectives", *NO_OUTLIERS, *schedule, "--results", str(tmp_path),
+                  "--run-id", "s", timeout=180)  # fmt: skip
+    assert job.returncode == 0, job.output
+    got = sorted(tuple(r["ranks"]) for r in read_run(tmp_path / "s").records)
+    if pairs is None:  # one round of the tournament: every rank meets exactly one peer
+        assert len(got) == 2 and sorted(x for p in got for x in p) == [0, 1, 2, 3]
+        assert "sampled pairs: 1 round(s), 2 of 6 pairs" in job.stdout
+    else:
+        assert got == pairs and "nodes pairs: 1 round(s), 2 of 6 pairs" in job.stdout
