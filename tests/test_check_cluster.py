@@ -111,8 +111,10 @@ def _emulate_check(tmp_path: Path, run_id: str, *extra: str, slow: str | None = 
     args += ["--", "check", "--results", str(tmp_path), "--run-id", run_id, *extra]
     p = subprocess.run(commbench_cmd(*args), capture_output=True, text=True, timeout=300,
                        env=job_env(), cwd=REPO)  # fmt: skip
-    doc = json.loads((tmp_path / run_id / "check.json").read_text())
-    return p.returncode, p.stdout + p.stderr, doc
+    out = p.stdout + p.stderr
+    verdict = tmp_path / run_id / "check.json"
+    assert verdict.exists(), f"exit {p.returncode}, no check.json:\n{out}"
+    return p.returncode, out, json.loads(verdict.read_text())
 
 
 @needs_root
