@@ -31,6 +31,7 @@ COMMANDS = {
     "import": "commbench.commands.importer",
     "export": "commbench.commands.export",
     "emulate": "commbench.commands.emulate",
+    "check": "commbench.commands.check",
 }
 
 

@@ -13,6 +13,7 @@ from fit_samples import imb_log, nccl_tests_new, osu_latency
 from commbench import cli
 from commbench.errors import UsageError
 from commbench.fit.collect import _RAW_KEY, FIT_FIELDS
+from commbench.results.checkrecords import CheckRecord
 from commbench.results.records import (
     MEASURED_FIELDS,
     REQUIRED_FIELDS,
@@ -41,8 +42,9 @@ DEFS = {
     "op_share": OpShare,
     "point_step": PointStep,
     "import_source": ImportSource,
+    "check": CheckRecord,
 }
-TOP = ("sweep", "imported", "step", "point")
+TOP = ("sweep", "imported", "step", "point", "check")
 RUN_HEAD = ("schema_version", "run_id")  # the writer's, not the record's
 
 
@@ -55,7 +57,7 @@ def names(cls: type[JsonRecord]) -> list[str]:
 
 
 def typed(rec: dict) -> JsonRecord:
-    cls = {"step": StepRecord, "point": PointRecord}.get(rec["kind"])
+    cls = {"step": StepRecord, "point": PointRecord, "check": CheckRecord}.get(rec["kind"])
     return (cls or (ImportedRecord if "source" in rec else SweepRecord)).from_json(rec)
 
 

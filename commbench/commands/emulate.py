@@ -25,7 +25,7 @@ from pathlib import Path
 from commbench.errors import UsageError
 
 HELP = "run a measuring command across emulated nodes (namespaces, shaped links; root)"
-MEASURING_COMMANDS = ("run", "suite")
+MEASURING_COMMANDS = ("run", "suite", "check")
 BACKEND_LAUNCHERS = {"mpi": "mpirun", "gloo": "torchrun"}
 # what each launcher can start: mpirun also runs torch backends (rank 0 picks the rendezvous)
 LAUNCHABLE = {"mpi": ("auto", "mpi", "gloo"), "gloo": ("auto", "gloo")}
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "cmd",
         nargs=argparse.REMAINDER,
         metavar="-- COMMAND",
-        help="the commbench command to run on the nodes (run ..., suite ...)",
+        help="the commbench command to run on the nodes (run ..., suite ..., check ...)",
     )
 
 

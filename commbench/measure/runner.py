@@ -163,6 +163,30 @@ class Runner:
         """Collective on the world: time `step` on every group of `info` (all at once, or one
         group at a time with `isolated`). Returns the measurement on world rank 0, else None.
         Every collective of the point, the stop agreement included, runs under the guard."""
+        gathered = self._gather(step, info)
+        if gathered is None:
+            return None
+        return self._aggregate(step, info, gathered)
+
+    def measure_each(
+        self, step: Step, info: GroupInfo, labels: list[GroupInfo]
+    ) -> list[tuple[Measurement, list[float]]] | None:
+        """measure() keeping groups apart (`commbench check`): every group of `info` runs at
+        once; per group, its Measurement under its own label (`labels[i]`, one group each) and
+        the median time of each of its ranks (us). On world rank 0, else None."""
+        gathered = self._gather(step, info)
+        if gathered is None:
+            return None
+        out = []
+        for gi, label in enumerate(labels):
+            mine = [(g, res) for g, res in gathered if g == gi]
+            m = self._aggregate(step, label, [(0, res) for _, res in mine])
+            per_rank = [round(float(np.median(res[0])) * 1e6, 3) for _, res in mine]
+            out.append((m, per_rank))
+        return out
+
+    def _gather(self, step: Step, info: GroupInfo) -> list | None:
+        """Run the point; every rank's (group index, result) on rank 0, in rank order."""
         diag.mark("first_point")
         point, self.points = self.points, self.points + 1
         result = None
@@ -183,10 +207,7 @@ class Runner:
                     result = self._run_group(sub, step, self.world)
                 else:
                     self.world.max_float(0.0)  # match the members' agreement on counts
-            gathered = self.world.gather_obj((gi, result), root=0)
-        if gathered is None:
-            return None
-        return self._aggregate(step, info, gathered)
+            return self.world.gather_obj((gi, result), root=0)
 
     def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> Measurement:
         """Max over each group's ranks per iteration, then over groups; stats and bandwidth."""

@@ -25,6 +25,7 @@ from commbench.report.figures import Figure
 from commbench.report.html import Block, Section, bullets, page
 from commbench.report.tables import (
     calibration_blocks,
+    outlier_table,
     plan_table,
     points_table,
     runs_table,
@@ -221,6 +222,21 @@ class _Builder:
             *validation_tables(rows, summary),
         ]
 
+    def checks(self) -> list[Block]:
+        """Per check run: the pair-bandwidth heatmap, the outlier table and the verdict."""
+        from commbench.report.figures.check import pair_heatmap
+
+        found, notes = reportdata.checks(self.runs)
+        self.notes += notes
+        blocks: list[Block] = []
+        for k, (run_id, summary) in enumerate(found):
+            if any(r.test == "pairs" for r in summary.results):
+                blocks.append(self.add(pair_heatmap(run_id, summary, f"check-pairs-{k + 1}")))
+            blocks += [outlier_table(run_id, summary), f"{run_id}: {summary.verdict()}"]
+        if not found:
+            self.missing.append("no `commbench check` run: no pair-bandwidth heatmap or outliers")
+        return blocks
+
     def plans(self, plans: list[reportdata.Plan]) -> list[Block]:
         from commbench.report.figures import models
 
@@ -253,6 +269,7 @@ def build_report(opts: ReportOptions) -> Report:
             "Strategies: step communication, EP load, PP schedule", b.strategies(), "strategies"
         ),
         Section("Validation: predicted vs measured", b.validation(), "validation"),
+        Section("Cluster check: pair bandwidth and outliers", b.checks(), "check"),
         Section("Planner: top configs", b.plans(plans), "plans"),
     ]
     for s in body:

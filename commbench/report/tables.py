@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commbench import tables
 from commbench.report import inputs as reportdata
@@ -13,6 +13,9 @@ from commbench.results.rundir import Run
 from commbench.sizes import format_size
 from commbench.tables import Column, TableSpec
 from commbench.traffic import patterns
+
+if TYPE_CHECKING:
+    from commbench.check.summary import Summary
 
 
 def _versions(meta: dict) -> str:
@@ -216,3 +219,39 @@ def plan_table(plan: reportdata.Plan, top: int) -> Table:
         for c in plan.configs[:top]
     ]
     return Table(spec, rows)
+
+
+OUTLIERS = TableSpec(
+    tuple(
+        Column(h, u)
+        for h, u in (
+            ("level", ""),
+            ("test", ""),
+            ("link", ""),
+            ("where", ""),
+            ("hosts", ""),
+            ("ranks", ""),
+            ("devices", ""),
+            ("bandwidth", "(GB/s)"),
+            ("peers' median", "(GB/s)"),
+            ("ratio", ""),
+            ("z", ""),
+        )
+    )  # fmt: skip
+)
+
+
+def outlier_table(run_id: str, summary: Summary) -> Table | str:
+    """The slow nodes, ranks, links and groups `commbench check` names (check/outliers)."""
+    found = summary.judgement.findings
+    if not found:
+        return (
+            f"{run_id}: no outlier (every pair and group within its peers of the same link class)"
+        )
+    rows = [
+        [f.level, f.test, f.link_class, f.where, ", ".join(f.hosts),
+         ", ".join(map(str, f.ranks)), ", ".join(f.devices), f"{f.GBps:.4g}",
+         f"{f.peer_median_GBps:.4g}", f"{f.ratio:.2f}", f"{f.z:.1f}"]
+        for f in found
+    ]  # fmt: skip
+    return Table(OUTLIERS, rows)
