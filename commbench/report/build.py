@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from commbench import __version__
 from commbench.errors import UsageError
+from commbench.report import check_inputs
 from commbench.report import inputs as reportdata
 from commbench.report.figures import Figure
 from commbench.report.html import Block, Section, bullets, page
@@ -226,7 +227,7 @@ class _Builder:
         """Per check run: the pair-bandwidth heatmap, the outlier table and the verdict."""
         from commbench.report.figures.check import pair_heatmap
 
-        found, notes = reportdata.checks(self.runs)
+        found, notes = check_inputs.checks(self.runs)
         self.notes += notes
         blocks: list[Block] = []
         for k, (run_id, summary) in enumerate(found):

@@ -23,7 +23,6 @@ from commbench.traffic.patterns.base import Role, options_label
 
 if TYPE_CHECKING:
     from commbench.calibration import Calibration, SeriesModel
-    from commbench.check.summary import Summary
 
 # suite options shown short in labels (as `commbench suite` prints them)
 
@@ -381,24 +380,3 @@ def load_plan(path: str | Path) -> Plan:
 
 def _run_id(run: Run) -> str:
     return str(run.meta.get("run_id") or run.path.name)
-
-
-# ---- cluster checks ------------------------------------------------------------------------
-def checks(runs: list[Run]) -> tuple[list[tuple[str, Summary]], list[str]]:
-    """(run id, check Summary) of every run with check records, judged again from its records
-    and meta.json (outliers only: the thresholds a run was judged by are in its check.json)."""
-    from commbench.check.summary import places, summarize
-    from commbench.results.checkrecords import CheckRecord
-
-    out: list[tuple[str, Summary]] = []
-    notes: list[str] = []
-    for run in runs:
-        recs = [CheckRecord.from_json(r) for r in run.records if r.get("kind") == "check"]
-        if not recs:
-            continue
-        devices = run.meta.get("devices") or []
-        if len(devices) != recs[0].world_size:
-            notes.append(f"{run.path.name}: meta.json has no device map for every rank")
-            devices = [{"device": "?"} for _ in range(recs[0].world_size)]
-        out.append((run.path.name, summarize(recs, places(recs, devices))))
-    return out, notes
