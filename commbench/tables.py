@@ -97,7 +97,7 @@ SERIES = TableSpec(
         Column("out", "", 4),
     ),
     "series fits: time = alpha + beta*bytes per segment; bw = 1/beta (GB/s = 1e9 B/s); "
-    "err = |pred-t|/t (median, max of kept points); loso = leave-one-size-out median",
+    "err = |pred-t|/t (median, max of all points); loso = leave-one-size-out median",
 )
 
 

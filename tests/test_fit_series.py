@@ -210,3 +210,42 @@ def test_three_sizes_with_an_outlier_still_fit():
     res = fit_series(x, t, FitOptions(bootstrap=20))
     assert len(res.segments) == 1 and res.segments[0].outliers == 1
     assert res.segments[0].beta_s_per_byte == pytest.approx(ONE[1], rel=1e-6)
+
+
+def cliff(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """ONE's line up to 32 MiB, then 4x slower per byte at 64 and 128 MiB (a last-level-cache
+    cliff, as seen on this machine's MPI sweeps), 2% noise."""
+    rng = np.random.default_rng(seed)
+    slow = SIZES >= 64 << 20
+    t = np.where(slow, ONE[0] + 4 * ONE[1] * SIZES, ONE[0] + ONE[1] * SIZES)
+    return SIZES.copy(), t * (1 + 0.02 * rng.standard_normal(SIZES.size))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_cliff_at_the_largest_sizes_is_kept_not_dropped(seed):
+    """Two slow sizes at the top agree with each other, so they are structure: full weight and
+    predicted within 5% (the old rule gave them weight 0 and predicted 0.25x of measured)."""
+    x, t = cliff(seed)
+    res = fit_series(x, t, FitOptions(bootstrap=0))
+    assert np.all(res.weights[-2:] > 0.5)
+    for s, ts in zip(x[-2:], t[-2:]):
+        assert predict_segments(res.segments, s) == pytest.approx(ts, rel=0.05)
+
+
+def test_a_lone_slow_size_stays_an_outlier():
+    """One slow size whose neighbours agree with the line (x3 at 1 MiB) is still an outlier,
+    and so is the slowest size alone at the top."""
+    x, t = one_segment(0.01, 7)
+    t[17] *= 3
+    t[-1] *= 3
+    res = fit_series(x, t, FitOptions(bootstrap=0))
+    assert res.weights[17] == 0 and res.weights[-1] == 0 and len(res.segments) == 1
+
+
+def test_median_and_max_error_are_over_the_same_points():
+    """With outliers, a segment's max error includes them: never below its median."""
+    x, t = one_segment(0.01, 7)
+    t[[4, 12, 20]] *= 3
+    seg = fit_series(x, t, FitOptions(bootstrap=0)).segments[0]
+    assert seg.max_rel_err >= seg.median_rel_err
+    assert seg.max_rel_err == pytest.approx(2 / 3, rel=0.05)

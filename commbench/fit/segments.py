@@ -20,6 +20,9 @@ from commbench.fit.wls import median, solve
 # be two trusted points and a down-weighted one fitted exactly
 TRUSTED = 0.5
 
+# sizes a confirmed cliff's top segment needs (past the last cache level it spans few sizes)
+EDGE = 2
+
 Lines = list[tuple[float, float]]  # (alpha, beta) of each segment, in the scaled units
 
 
@@ -60,10 +63,16 @@ def point_stats(prep: Prepared, w: np.ndarray) -> np.ndarray:
 
 
 def _cost_matrix(
-    prep: Prepared, w: np.ndarray, min_sizes: int, trusted: float = TRUSTED
+    prep: Prepared,
+    w: np.ndarray,
+    min_sizes: int,
+    trusted: float = TRUSTED,
+    edge_from: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """C[i, j] = weighted relative RSS of one line over sizes i..j-1 (inf where not allowed),
-    plus the line's (a, b) for each (i, j)."""
+    plus the line's (a, b) for each (i, j). With edge_from, a top segment of EDGE or more
+    trusted sizes (and no others) may start at or above that size: the robust pass found a cliff
+    there that its neighbours confirm (series.neighbour_checked)."""
     per_size = np.add.reduceat(point_stats(prep, w), prep.starts[:-1], axis=1)
     live = np.add.reduceat(w, prep.starts[:-1])[None, :] >= trusted * np.diff(prep.starts)
     cums = np.zeros((7, prep.m + 1))
@@ -73,6 +82,8 @@ def _cost_matrix(
     m = prep.m
     i, j = np.indices((m + 1, m + 1))
     ok = (j > i) & (diff[6] >= min_sizes - 0.5)
+    if edge_from is not None:
+        ok |= (j == m) & (i >= max(edge_from, 1)) & (j - i >= EDGE) & (diff[6] >= j - i - 0.5)
     return np.where(ok, rss, np.inf), a, b
 
 
@@ -97,13 +108,16 @@ class Partitions:
     b: np.ndarray
 
 
-def best_partitions(prep: Prepared, w: np.ndarray, opts: FitOptions) -> Partitions:
+def best_partitions(
+    prep: Prepared, w: np.ndarray, opts: FitOptions, edge_from: int | None = None
+) -> Partitions:
     """Least weighted RSS of every K = 1..kmax by dynamic programming over the sizes.
 
     When the robust weights leave fewer than min_sizes trusted sizes in the whole series, every
-    size counts (a short series with an outlier still gets its one line)."""
+    size counts (a short series with an outlier still gets its one line). edge_from: see
+    _cost_matrix."""
     m = prep.m
-    C, A, B = _cost_matrix(prep, w, opts.min_sizes)
+    C, A, B = _cost_matrix(prep, w, opts.min_sizes, edge_from=edge_from)
     if not np.isfinite(C[0, m]):
         C, A, B = _cost_matrix(prep, w, opts.min_sizes, trusted=0.0)
     kmax = max(1, min(opts.max_segments, m // opts.min_sizes))
