@@ -148,8 +148,9 @@ LINKS = TableSpec(
         Column("pts", "", 5),
         Column("best", "", 4),
     ),
-    "link table: one (alpha, beta) per link, jointly over ops and group sizes; "
-    "time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005); busbw = 1/beta",
+    "link table: time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005) with per-op, "
+    "per-size-regime terms fitted across group sizes; alpha and busbw (= 1/beta) are the line "
+    "shared by all ops (for ops not measured), err is of the per-op terms",
 )
 LINK_LEGEND = (
     "best: * (= ties within 1%; the first of ring, tree, rabenseifner, pairwise wins a tie); "
@@ -183,9 +184,23 @@ def link_rows(link_table: list[dict]) -> list[list]:
 
 
 def link_notes(link_table: list[dict]) -> list[str]:
-    """Per link: the group sizes and ops it was fitted over, and its note."""
-    return [
-        f"{e['backend']}/{e['link_class']}/{e['timing']}: p = {e.get('group_sizes', [])}, ops = "
-        f"{', '.join(e.get('ops', []))}" + (f" ({e['note']})" if e.get("note") else "")
-        for e in link_table
-    ]
+    """Per link: the group sizes and ops it was fitted over, its note, and per op under the
+    best model the largest regime's busbw and the median error at >= 64 KiB."""
+    out = []
+    for e in link_table:
+        out.append(
+            f"{e['backend']}/{e['link_class']}/{e['timing']}: p = {e.get('group_sizes', [])}, "
+            f"ops = {', '.join(e.get('ops', []))}" + (f" ({e['note']})" if e.get("note") else "")
+        )
+        best = e["models"][e["best_model"]]
+        large = best.get("per_op_large_median_rel_err", {})
+        for op, lines in sorted(best.get("terms", {}).items()):
+            beta = lines[-1]["beta_s_per_byte"]
+            bw = f"{1 / beta / 1e9:.3g} GB/s" if beta > 0 else "-"
+            err = f", err >= 64 KiB {large[op]:.1%}" if op in large else ""
+            out.append(f"  {op}: {len(lines)} regime(s), top busbw {bw}{err}")
+        if best.get("below_latency"):
+            out.append(
+                f"  {best['below_latency']} point(s) faster than half the p2p latency rejected"
+            )
+    return out

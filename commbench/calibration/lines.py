@@ -5,11 +5,11 @@ one; this module evaluates it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from commbench.calibration.costmodels import model_time
+from commbench.calibration.costmodels import coefficients, model_time
 from commbench.calibration.series_key import SeriesKey
 
 
@@ -69,6 +69,9 @@ class SeriesModel:
 
 @dataclass(frozen=True, kw_only=True)
 class LinkModel:
+    """A link's best model: per-op terms (one (alpha, beta) per size regime, fit/links.py) for
+    the ops measured on it, the shared (alpha, beta) for the others."""
+
     backend: str
     link_class: str
     timing: str
@@ -77,6 +80,14 @@ class LinkModel:
     beta_s_per_byte: float
     group_sizes: tuple[int, ...]
     note: str | None = None
+    terms: Mapping[str, tuple[Line, ...]] = field(default_factory=dict)
 
     def time(self, op: str, p: int, nbytes: float) -> float:
-        return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
+        lines = self.terms.get(op)
+        if not lines:
+            return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
+        a, b = coefficients(self.best_model, op, p)
+        scaled = [
+            Line(x.bytes_min, x.bytes_max, x.alpha_s * a, x.beta_s_per_byte * b) for x in lines
+        ]
+        return predict_segments(scaled, nbytes)

@@ -95,6 +95,13 @@ class Calibration:
                     beta_s_per_byte=m["beta_s_per_byte"],
                     group_sizes=tuple(e.get("group_sizes", ())),
                     note=e.get("note"),
+                    terms={
+                        op: tuple(
+                            Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
+                            for g in lines
+                        )
+                        for op, lines in (m.get("terms") or {}).items()
+                    },
                 )
             )
 

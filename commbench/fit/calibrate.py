@@ -13,9 +13,8 @@ import numpy as np
 
 from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
-from commbench.calibration.series_key import SeriesKey
 from commbench.fit.collect import Collected, SeriesData
-from commbench.fit.links import LinkEntry, fit_link_table
+from commbench.fit.links import LinkEntry, LinkPoints, fit_link_table
 from commbench.fit.options import FitOptions
 from commbench.fit.series import SeriesFitResult, fit_series
 from commbench.ops import bus_factor
@@ -89,14 +88,12 @@ def fit_collected(
     return outcomes, skipped
 
 
-def link_points(
-    outcomes: list[SeriesOutcome],
-) -> list[tuple[SeriesKey, np.ndarray, np.ndarray, np.ndarray]]:
-    """(key, bytes, seconds, weights) of every fitted series, for the link table."""
-    out = []
+def link_points(outcomes: list[SeriesOutcome]) -> list[LinkPoints]:
+    """(key, bytes, seconds, weights, segments) of every fitted series, for the link table."""
+    out: list[LinkPoints] = []
     for o in outcomes:
         x, t = o.data.arrays()
-        out.append((o.data.key, x, t, o.fit.weights))
+        out.append((o.data.key, x, t, o.fit.weights, o.fit.segments))
     return out
 
 

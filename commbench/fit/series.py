@@ -152,24 +152,19 @@ def neighbour_checked(
     size_r = np.array([median(r[a:b]) for a, b in zip(prep.starts[:-1], prep.starts[1:])])
     size_w = np.add.reduceat(w, prep.starts[:-1]) / np.diff(prep.starts)
     out = w.copy()
-    edge_from = None
-    for i in np.flatnonzero(size_w < TRUSTED):
-
-        def agrees(j: int, i: int = i) -> bool:
-            return bool(
-                np.sign(size_r[j]) == np.sign(size_r[i]) and abs(size_r[j]) >= 0.5 * abs(size_r[i])
-            )
-
+    edge_from: int | None = None
+    for i in map(int, np.flatnonzero(size_w < TRUSTED)):
+        sign, half = np.sign(size_r[i]), 0.5 * abs(size_r[i])
         lo = hi = i
-        while lo > 0 and agrees(lo - 1):
+        while lo > 0 and np.sign(size_r[lo - 1]) == sign and abs(size_r[lo - 1]) >= half:
             lo -= 1
-        while hi + 1 < prep.m and agrees(hi + 1):
+        while hi + 1 < prep.m and np.sign(size_r[hi + 1]) == sign and abs(size_r[hi + 1]) >= half:
             hi += 1
         run = hi - lo + 1
         at_top = run >= EDGE and hi == prep.m - 1
         if run >= min_sizes or at_top:
             a, b = prep.starts[i], prep.starts[i + 1]
-            same = np.sign(r[a:b]) == np.sign(size_r[i])
+            same = np.sign(r[a:b]) == sign
             out[a:b] = np.where(same, 1.0, w[a:b])
             if at_top and run < min_sizes:
                 edge_from = lo if edge_from is None else min(edge_from, lo)
