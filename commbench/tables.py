@@ -185,7 +185,7 @@ def link_rows(link_table: list[dict]) -> list[list]:
 
 def link_notes(link_table: list[dict]) -> list[str]:
     """Per link: the group sizes and ops it was fitted over, its note, and per op under the
-    best model the largest regime's busbw and the median error at >= 64 KiB."""
+    best model the largest regime's busbw and the median error from 64 KiB up."""
     out = []
     for e in link_table:
         out.append(
@@ -197,7 +197,7 @@ def link_notes(link_table: list[dict]) -> list[str]:
         for op, lines in sorted(best.get("terms", {}).items()):
             beta = lines[-1]["beta_s_per_byte"]
             bw = f"{1 / beta / 1e9:.3g} GB/s" if beta > 0 else "-"
-            err = f", err >= 64 KiB {large[op]:.1%}" if op in large else ""
+            err = f", err from 64 KiB up {large[op]:.1%}" if op in large else ""
             out.append(f"  {op}: {len(lines)} regime(s), top busbw {bw}{err}")
         if best.get("below_latency"):
             out.append(
