@@ -59,6 +59,7 @@ class SeriesModel:
     bytes_min: int
     bytes_max: int
     segments: tuple[Line, ...]
+    shapes: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node) measured
 
     def at(self, nbytes: float) -> float:
         return predict_segments(list(self.segments), nbytes)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from commbench.calibration.costmodels import MODELLED_OPS
 from commbench.calibration.lines import Line, LinkModel, SeriesModel
+from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
@@ -45,6 +46,7 @@ class Prediction:
     model: str | None = None
     kind: str = "measured"
     notes: list[str] = field(default_factory=list)
+    reach: Reach = field(default_factory=Reach)  # how far beyond the measurements it went
 
 
 def _rank(value: str, order: tuple) -> tuple:
@@ -79,9 +81,11 @@ class Calibration:
                     Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
                     for g in s["segments"]
                 ),
+                tuple((x["nodes"], x["ranks_per_node"]) for x in s.get("shapes", ())),
             )
             for s in doc["series"]
         ]
+        self._by_key = {s.key: s for s in self.series}
         self.links: list[LinkModel] = []
         for e in doc["link_table"]:
             m = e["models"][e["best_model"]]
@@ -175,11 +179,23 @@ class Calibration:
         extrapolate: bool = False,
         timing: str | None = None,
         placement: str | None = None,
+        nodes: int | None = None,
     ) -> Prediction:
-        """predict() with the method used (see the module docstring for the rule)."""
+        """predict() with the method used (see the module docstring for the rule) and how far
+        it reached (`nodes`: the hosts one group spans, compared with those measured)."""
         got = self._explain(
             op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement
         )
+        s = self._by_key.get(got.series) if got.series is not None else None
+        if s is not None:
+            got.reach = Reach(
+                bytes_factor=bytes_factor(nbytes, s.bytes_min, s.bytes_max),
+                group_size_from=s.key.group_size if s.key.group_size != group_size else None,
+                nodes=nodes,
+                nodes_measured=tuple(sorted({n for n, _ in s.shapes})),
+            )
+        elif group_size > 1:
+            got.reach = Reach(nodes=nodes)
         if not math.isfinite(got.seconds):  # finite but absurd alpha/beta overflowed
             raise UsageError(
                 f"{self.source}: {op} of {format_size(nbytes)} on {link_class} links, group "

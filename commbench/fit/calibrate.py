@@ -50,6 +50,7 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
         "median_rel_err": float(np.median(res.rel_err)),
         "loso_median_rel_err": float(np.median(loso)) if loso.size else None,
         "runs": sorted(data.runs),
+        "shapes": [{"nodes": n, "ranks_per_node": r} for n, r in sorted(data.shapes)],
         "segments": segs,
     }
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from commbench.calibration.reach import group_nodes
 from commbench.calibration.series_key import DEFAULT_PLACEMENT, DEFAULT_TIMING, SeriesKey
 from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
@@ -42,6 +43,7 @@ class SeriesData:
     excluded_wrong: int = 0
     excluded_time: int = 0
     runs: set[str] = field(default_factory=set)
+    shapes: set[tuple[int, int]] = field(default_factory=set)  # (nodes, ranks per node) seen
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.x, dtype=float), np.asarray(self.t, dtype=float)
@@ -208,6 +210,9 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
             data.x.append(float(nbytes))
             data.t.append(t_us * 1e-6)
             data.runs.add(str(rec.get("run_id") or run.path.name))
+            nodes = group_nodes(rec, key.link_class)
+            if nodes is not None:
+                data.shapes.add((nodes, -(-key.group_size // nodes)))
             used += 1
         provenance.append(run_provenance(run, used))
     return Collected(series, ignored, provenance)
