@@ -249,3 +249,21 @@ def test_median_and_max_error_are_over_the_same_points():
     seg = fit_series(x, t, FitOptions(bootstrap=0)).segments[0]
     assert seg.max_rel_err >= seg.median_rel_err
     assert seg.max_rel_err == pytest.approx(2 / 3, rel=0.05)
+
+
+def test_a_rendezvous_jump_gets_its_own_segment():
+    """Shaped like a send/recv between emulated nodes: 16 us + S / 0.6 GB/s to 16 KiB, one
+    transition size at 10x, then 4 ms + S / 0.05 GB/s with 5% noise. The criterion on
+    1 - pred/t chose one line (a transition point over-predicted 10x cost 81, the eight
+    large sizes under-predicted 10x cost under 1 each) and predicted them 10x too fast; on
+    log(pred/t) both count alike: two segments or more, large sizes within 15%."""
+    rng = np.random.default_rng(4)
+    x = np.array([8 << k for k in range(20)], dtype=float)  # 8 B .. 4 MiB
+    t = np.where(x <= 16 << 10, 16e-6 + x / 0.6e9, 4e-3 + x / 0.05e9)
+    t[x == 32 << 10] = 339e-6
+    t = t * (1 + np.where(x > 32 << 10, 0.05, 0.005) * rng.standard_normal(x.size))
+    res = fit_series(x, t, FitOptions(bootstrap=0))
+    assert len(res.segments) >= 2
+    for s, ts in zip(x, t):
+        if s >= 64 << 10:
+            assert predict_segments(res.segments, s) == pytest.approx(ts, rel=0.15)

@@ -150,7 +150,9 @@ def flexible_k(rss: list[float], n: int) -> int:
 
 def choose_k(prep: Prepared, parts: Partitions, opts: FitOptions) -> tuple[int, list[float]]:
     """K minimising a robust BIC over the DP's best partition of each K (Machado 1993):
-    2 sum rho(r / s) + penalty (3K - 1) log n, rho Huber's loss, r the relative residuals,
+    2 sum rho(r / s) + penalty (3K - 1) log n, rho Huber's loss, r = log(pred / t) (with
+    1 - pred / t a point under-predicted 10x cost at most 1 and one over-predicted 10x cost 9,
+    so a point down-weighted at a regime change decided K),
     s the robust scale of the most flexible partition that keeps half the points as degrees
     of freedom (dof-corrected 1.4826 MAD, floored at noise_floor), 3K - 1 parameters = 2 per
     line + K - 1 breakpoints. Timing noise is heavy-tailed: with a plain RSS a few slow
@@ -159,9 +161,9 @@ def choose_k(prep: Prepared, parts: Partitions, opts: FitOptions) -> tuple[int, 
     ks = [k for k, r in enumerate(rss, 1) if np.isfinite(r)]
     n = prep.t.size
     resid = {}
-    for k in ks:
+    for k in ks:  # symmetric residuals: k times too fast costs what k times too slow does
         bounds, lines = partition(prep, parts, k)
-        resid[k] = 1.0 - predict_points(prep, bounds, lines) / prep.t
+        resid[k] = np.log(np.maximum(predict_points(prep, bounds, lines), 1e-300) / prep.t)
     kflex = flexible_k(rss, n)
     dof = max(n - (3 * kflex - 1), 1)
     s = max(1.4826 * median(np.abs(resid[kflex])) * np.sqrt(n / dof), opts.noise_floor)
