@@ -111,6 +111,12 @@ def build_doc(
     partial = collected.partial_runs
     if partial:
         notes.append(f"partial runs (status not complete): {', '.join(partial)}")
+    for r in collected.runs:
+        for o in r.get("oversubscribed") or ():
+            notes.append(
+                f"{r['run_id']}: {o['ranks']} ranks on {o['cpus']} CPU(s) of {o['host']}: ranks "
+                "waited for a core, so its times include the scheduler's"
+            )
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "measured",

@@ -149,6 +149,7 @@ def run_provenance(run: Run, used: int) -> dict:
         "start_time_iso",
         "timing",
         "source",
+        "oversubscribed",
     ):
         if m.get(k) is not None:
             prov[k] = m[k]

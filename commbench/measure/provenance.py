@@ -1,5 +1,6 @@
 """Provenance for meta.json: the commit, the environment settings that change what is measured,
-and the emulated topology a job runs on (set by `commbench emulate`)."""
+the emulated topology a job runs on (set by `commbench emulate`), and whether ranks outnumber
+the cores they share."""
 
 from __future__ import annotations
 
@@ -54,3 +55,19 @@ def emulation() -> dict | None:
     """The emulated topology this job runs on (ground truth for meta.json), if any."""
     text = os.environ.get(ENV_EMULATION)
     return json.loads(text) if text else None
+
+
+def oversubscribed(devices: list[dict], shared_machine: bool) -> list[dict]:
+    """{host, ranks, cpus} of every host whose ranks outnumber its CPUs (each rank's `cpus`,
+    os.cpu_count on its host); the nodes of an emulated cluster share one machine, counted as
+    one. Such ranks wait for a core (a 4 ms scheduler tick at a time): their times measure the
+    scheduler, so fits and validation of them are warned about."""
+    by: dict[str, list[dict]] = {}
+    for d in devices:
+        by.setdefault("emulated nodes" if shared_machine else str(d.get("host")), []).append(d)
+    out = []
+    for host, ds in by.items():
+        cores = max(int(d.get("cpus") or 0) for d in ds)
+        if cores and len(ds) > cores:
+            out.append({"host": host, "ranks": len(ds), "cpus": cores})
+    return out

@@ -29,7 +29,7 @@ from commbench.measure import diag
 from commbench.measure.faults import START, Injector
 from commbench.measure.launch import LaunchInfo
 from commbench.measure.notice import Notice
-from commbench.measure.provenance import emulation, git_revision, relevant_env
+from commbench.measure.provenance import emulation, git_revision, oversubscribed, relevant_env
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
@@ -136,10 +136,19 @@ class Session:
                 self._world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
                 diag.mark("world")
                 self.hosts = self.world.allgather_obj(self.launch.host)
-                me = {"host": self.launch.host, "local_rank": self.launch.local_rank}
+                me = {
+                    "host": self.launch.host,
+                    "local_rank": self.launch.local_rank,
+                    "cpus": os.cpu_count() or 0,
+                }
                 self.devices = self.world.allgather_obj({**me, **self.world.device_identity()})
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
                 self._open_run_dir()
+                for o in oversubscribed(self.devices, emulation() is not None):
+                    self.say(
+                        f"# warning: {o['ranks']} ranks on {o['cpus']} CPU(s) of {o['host']}: "
+                        "ranks wait for a core, so times measure the scheduler"
+                    )
         except UsageError as e:  # the run directory's outcome was broadcast: every rank is here
             if self._world is None:  # refused before the rendezvous (say, no GPU for this rank)
                 self._fail(e)
@@ -211,6 +220,7 @@ class Session:
             "devices": self.devices,
             "timeout_s": self.opts.timeout_s,
             "emulation": emulation(),
+            "oversubscribed": oversubscribed(self.devices, emulation() is not None),
         }
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
