@@ -8,7 +8,7 @@ fast: Huber's rho (Huber 1964; s = 1.4826 MAD of r, floored), then from that opt
 bisquare at Huber's scale (Beaton & Tukey 1974), so a point preempted by the scheduler (100x
 slow) ends with weight 0. Minimised by Gauss-Newton on the linearised log (log pred ~ log
 pred0 + pred / pred0 - 1) with the loss's weights each round (iteratively reweighted least
-squares), alpha, beta >= 0 by the active set of wls.solve, a step halved until the objective
+squares), alpha, beta >= 0 by the active set as in wls.solve, a step halved until the objective
 falls; started from the per-series fits.
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from commbench.fit.options import FitOptions
-from commbench.fit.wls import median, solve
+from commbench.fit.wls import median
 
 ROUNDS = 40
-TOL = 1e-9
+TOL = 1e-7
 
 
 def _rho(u: np.ndarray, kind: str, opts: FitOptions) -> np.ndarray:
@@ -78,6 +78,20 @@ def fit_log_line(
     return a * ts, b * ts / bs_scale, w
 
 
+def _solve2(r1: float, r2: float, s11: float, s12: float, s22: float) -> tuple[float, float]:
+    """min sum w (c - a g1 - b g2)^2 over a, b >= 0 from its sums (wls.solve for two scalars,
+    without numpy's per-call cost: this runs a few thousand times per calibration)."""
+    det = s11 * s22 - s12 * s12
+    if det > 1e-12 * s11 * s22:
+        a, b = (s22 * r1 - s12 * r2) / det, (s11 * r2 - s12 * r1) / det
+        if a >= 0 and b >= 0:
+            return float(a), float(b)
+    a_ax = max(r1 / s11, 0.0) if s11 > 0 else 0.0  # b = 0
+    b_ax = max(r2 / s22, 0.0) if s22 > 0 else 0.0  # a = 0
+    # the better axis: the one that removes more of the sum of squares
+    return (float(a_ax), 0.0) if r1 * a_ax >= r2 * b_ax else (0.0, float(b_ax))
+
+
 def _descend(kind, a, b, residual, scale, f1, f2, w0, opts):
     """Gauss-Newton rounds under one loss until the objective and the scale settle."""
     r = residual(a, b)
@@ -88,16 +102,9 @@ def _descend(kind, a, b, residual, scale, f1, f2, w0, opts):
         pred0 = a * f1 + b * f2
         g1, g2 = f1 / pred0, f2 / pred0
         c = 1.0 - r  # target of the linearised problem: pred / pred0 ~ 1 - r
-        stats = (
-            np.sum(w * c * c),
-            np.sum(w * g1 * c),
-            np.sum(w * g2 * c),
-            np.sum(w * g1 * g1),
-            np.sum(w * g1 * g2),
-            np.sum(w * g2 * g2),
-        )
-        sa, sb, _ = solve(*(np.asarray(v) for v in stats))
-        na, nb = float(sa), float(sb)
+        M = np.stack((c, g1, g2)) * np.sqrt(w)
+        G = M @ M.T  # the six sums of the 2x2 problem in one product
+        na, nb = _solve2(G[0, 1], G[0, 2], G[1, 1], G[1, 2], G[2, 2])
         step = 1.0
         while True:  # halve the step until the objective does not grow
             ta, tb = a + step * (na - a), b + step * (nb - b)
