@@ -86,3 +86,26 @@ def test_validate_takes_run_sweeps_with_json(cal_path, tmp_path, capsys):
     assert "p from 16, nodes 4 (measured 2)" in out and "summary per op and shape" in out
     assert cli.main(args[:-1]) == 2  # strict: nothing measured at p = 32
     assert "pass --extrapolate" in capsys.readouterr().err
+
+
+def test_two_runs_state_their_noise_floor_and_validate_uses_it(tmp_path, capsys):
+    """The same sweep twice, the second 50% slower: the calibration states a noise floor of
+    50% (median over sizes of max/min - 1), each series its repeat spread, and validate's band
+    is max(20%, 50%). One run states none."""
+    a = sweep(tmp_path, "a", 8, 1)
+    slow = [
+        {**r, "time_us": r["time_us"] * 1.5, "run_id": "b"}
+        for r in (json.loads(x) for x in (a / "records.jsonl").read_text().splitlines())
+    ]
+    b = write_run(tmp_path, "b", slow)
+    doc, _, _ = calibrate.build(collect(read_fit_runs([a, b])), FitOptions(bootstrap=0))
+    assert doc["noise_floor"]["median_rel"] == pytest.approx(0.5)
+    assert doc["noise_floor"]["runs"] == 2
+    assert all(s["repeat_spread"] == pytest.approx(0.5) for s in doc["series"])
+    path = tmp_path / "cal.json"
+    calibration.save(doc, path)
+    assert cli.main(["validate", "--calibration", str(path), str(a), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["band"] == pytest.approx(0.5)
+    one, _, _ = calibrate.build(collect(read_fit_runs([a])), FitOptions(bootstrap=0))
+    assert one["noise_floor"] is None and one["series"][0]["repeat_spread"] is None

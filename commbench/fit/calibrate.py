@@ -50,8 +50,38 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
         "median_rel_err": float(np.median(res.rel_err)),
         "loso_median_rel_err": float(np.median(loso)) if loso.size else None,
         "runs": sorted(data.runs),
+        "repeat_spread": float(np.median(spreads)) if (spreads := repeat_spreads(data)) else None,
         "shapes": [{"nodes": n, "ranks_per_node": r} for n, r in sorted(data.shapes)],
         "segments": segs,
+    }
+
+
+def repeat_spreads(data: SeriesData) -> list[float]:
+    """Per size measured in two runs or more: max / min - 1 of the runs' median times. Runs of
+    the same sweep made apart (interleaved with other work) disagree by this much, so no
+    prediction can be trusted closer."""
+    by: dict[float, dict[str, list[float]]] = {}
+    for x, t, run in zip(data.x, data.t, data.run_of):
+        by.setdefault(x, {}).setdefault(run, []).append(t)
+    out = []
+    for runs in by.values():
+        if len(runs) >= 2:
+            meds = [float(np.median(v)) for v in runs.values()]
+            out.append(max(meds) / min(meds) - 1.0)
+    return out
+
+
+def noise_floor(outcomes: list[SeriesOutcome]) -> dict | None:
+    """The calibration's stated noise floor: the median (and 90th percentile) of the repeat
+    spreads of every series, or None when no size was measured in two runs."""
+    spreads = [v for o in outcomes for v in repeat_spreads(o.data)]
+    if not spreads:
+        return None
+    return {
+        "median_rel": float(np.median(spreads)),
+        "p90_rel": float(np.percentile(spreads, 90)),
+        "sizes": len(spreads),
+        "runs": len({r for o in outcomes for r in o.data.runs}),
     }
 
 
@@ -129,6 +159,7 @@ def build_doc(
         "ignored": dict(sorted(collected.ignored.items())),
         "link_table": [e.as_dict() for e in links],
         "link_skipped": link_skipped,
+        "noise_floor": noise_floor(outcomes),
         "notes": notes,
     }
 

@@ -44,6 +44,7 @@ class SeriesData:
     excluded_time: int = 0
     runs: set[str] = field(default_factory=set)
     shapes: set[tuple[int, int]] = field(default_factory=set)  # (nodes, ranks per node) seen
+    run_of: list[str] = field(default_factory=list)  # each point's run id
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.x, dtype=float), np.asarray(self.t, dtype=float)
@@ -210,7 +211,8 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
                 continue
             data.x.append(float(nbytes))
             data.t.append(t_us * 1e-6)
-            data.runs.add(str(rec.get("run_id") or run.path.name))
+            data.run_of.append(str(rec.get("run_id") or run.path.name))
+            data.runs.add(data.run_of[-1])
             nodes = group_nodes(rec, key.link_class)
             if nodes is not None:
                 data.shapes.add((nodes, -(-key.group_size // nodes)))

@@ -13,7 +13,7 @@ The shared (alpha, beta) of all ops together prices ops never measured on the li
 Every fit minimises Huber's rho of log(pred / t) (fit/logfit.py: symmetric, so a tiny time
 cannot collapse alpha), started from the per-series fits, over the points the series fits kept
 (weight > 0). A collective point faster than half the link's point-to-point latency (the
-median send/recv or pingpong time at its smallest size) had no synchronized start and is
+lowest median send/recv or pingpong time up to 1 KiB) had no synchronized start and is
 rejected and counted. The model whose terms have the lowest median relative error is named
 best; errors are over the same points (median and max), per op, and per op at >= 64 KiB.
 """
@@ -37,6 +37,7 @@ from commbench.fit.wls import median
 TIE = 1.01
 P2P_OPS = ("sendrecv", "pingpong")
 LATENCY_SHARE = 0.5  # a collective point below this share of the p2p latency is rejected
+LATENCY_BYTES = 1024  # p2p sizes up to this are latency-bound
 LARGE = 64 << 10  # per-op errors are also reported at sizes >= this (bandwidth regime)
 
 # (key, bytes, seconds, series weights, the series' segments)
@@ -242,8 +243,9 @@ def _fit_model(model: str, items: list[LinkPoints], keep: np.ndarray, opts: FitO
 
 
 def latency_keep(items: list[LinkPoints]) -> np.ndarray:
-    """False for collective points below LATENCY_SHARE x the link's p2p latency (the median
-    time at the smallest size of its send/recv or pingpong series); all True without one."""
+    """False for collective points below LATENCY_SHARE x the link's p2p latency (the lowest
+    median time of its send/recv or pingpong sizes up to LATENCY_BYTES: a preempted size only
+    raises a median, so the lowest is the latency); all True without one."""
     p2p = [(x, t) for k, x, t, *_ in items if k.op in P2P_OPS]
     ops = np.concatenate([np.full(len(x), k.op) for k, x, *_ in items])
     t = np.concatenate([t for _, _, t, *_ in items])
@@ -251,7 +253,8 @@ def latency_keep(items: list[LinkPoints]) -> np.ndarray:
         return np.ones(len(t), dtype=bool)
     xs = np.concatenate([x for x, _ in p2p])
     ts = np.concatenate([t for _, t in p2p])
-    floor = median(ts[xs == xs.min()])
+    small = np.unique(xs[xs <= max(LATENCY_BYTES, xs.min())])
+    floor = min(median(ts[xs == x]) for x in small)
     return np.isin(ops, P2P_OPS) | (t >= LATENCY_SHARE * floor)
 
 
