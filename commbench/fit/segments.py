@@ -2,9 +2,11 @@
 
 Breakpoints are found by dynamic programming over contiguous runs of message sizes (jumps
 between segments allowed, no forced continuity); the number of segments K is chosen by a robust
-BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho and the scale s of the most
-flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998). Every segment cost comes from
-prefix sums, so a series of m sizes costs O(K m^2).
+BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho of r = log(pred / t) and the
+scale s of the most flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998). A segment
+needs min_sizes trusted sizes, except a top segment of EDGE trusted sizes where the robust pass
+confirmed a cliff. Every segment cost comes from prefix sums, so a series of m sizes costs
+O(K m^2).
 """
 
 from __future__ import annotations

@@ -8,13 +8,16 @@ LL/LL128/Simple and Ring/Tree, MPI switches eager/rendezvous), so the fit is pie
   (closed form on the 2x2 normal equations, active set on the boundary);
 - breakpoints are found by exact segmentation (dynamic programming over contiguous runs of
   message sizes, jumps between segments allowed, no forced continuity), the number of segments
-  K chosen by a robust BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho and the
-  scale s of the most flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998); the
-  default penalty 2 keeps false segments on synthetic 1-10% noise to about 5%;
+  K chosen by a robust BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho of
+  r = log(pred / t) and the scale s of the most flexible partition (Yao 1988; Machado 1993;
+  Bai & Perron 1998); the default penalty 2 keeps false segments on synthetic 1-10% noise to
+  about 5%;
 - outliers are handled by iteratively reweighted least squares (Huber 1964, then Tukey's
   bisquare, Beaton & Tukey 1974; scale 1.4826 MAD): the weights come from the most flexible
   segmentation, so they do not depend on K, then the chosen segments are refitted with their
-  own bisquare weights; points whose final weight is 0 are counted as outliers;
+  own bisquare weights; points whose final weight is 0 are counted as outliers. A point is an
+  outlier only if its neighbours disagree (neighbour_checked): a run of sizes deviating the
+  same way keeps its weight, and at the top of the series two such sizes may form a segment;
 - diagnostics per segment: points, R^2 on log-time, median and max relative error (both over
   every point, outliers included, so the median is never above the max),
   leave-one-size-out error (segmentation held fixed) and residual-bootstrap 95% intervals.
