@@ -109,3 +109,12 @@ def test_two_runs_state_their_noise_floor_and_validate_uses_it(tmp_path, capsys)
     assert out["band"] == pytest.approx(0.5)
     one, _, _ = calibrate.build(collect(read_fit_runs([a])), FitOptions(bootstrap=0))
     assert one["noise_floor"] is None and one["series"][0]["repeat_spread"] is None
+
+
+def test_an_op_priced_by_the_link_model_alone_says_so(cal_path):
+    """alltoall was never measured: its price comes from the link model only, and the reach
+    says that rather than 'measured'."""
+    cal = calibration.load(cal_path)
+    got = cal.explain("alltoall", 1 << 20, 16, "inter", extrapolate=True, nodes=2)
+    assert got.extrapolated and got.reach.model_only and not got.reach.inside
+    assert got.reach.describe() == "link model only"

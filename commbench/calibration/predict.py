@@ -195,7 +195,7 @@ class Calibration:
                 nodes_measured=tuple(sorted({n for n, _ in s.shapes})),
             )
         elif group_size > 1:
-            got.reach = Reach(nodes=nodes)
+            got.reach = Reach(nodes=nodes, model_only=True)
         if not math.isfinite(got.seconds):  # finite but absurd alpha/beta overflowed
             raise UsageError(
                 f"{self.source}: {op} of {format_size(nbytes)} on {link_class} links, group "

@@ -20,6 +20,7 @@ class Reach:
     group_size_from: int | None = None  # scaled from this measured group size
     nodes: int | None = None  # the nodes one group spans, as asked
     nodes_measured: tuple[int, ...] = ()  # node counts the series used was measured at
+    model_only: bool = False  # no series: the link model (or a reference statement) alone
 
     @property
     def nodes_factor(self) -> float:
@@ -33,7 +34,12 @@ class Reach:
 
     @property
     def inside(self) -> bool:
-        return self.bytes_factor == 1.0 and self.group_size_from is None and self.nodes_factor == 1
+        return (
+            not self.model_only
+            and self.bytes_factor == 1.0
+            and self.group_size_from is None
+            and self.nodes_factor == 1
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -42,11 +48,12 @@ class Reach:
             "nodes": self.nodes,
             "nodes_measured": list(self.nodes_measured),
             "nodes_factor": self.nodes_factor,
+            "model_only": self.model_only,
         }
 
     def describe(self) -> str:
         """e.g. `bytes x4, p from 16, nodes 8 (measured 2)`; `measured` when inside."""
-        parts = []
+        parts = ["link model only"] if self.model_only else []
         if self.bytes_factor != 1.0:
             parts.append(f"bytes x{self.bytes_factor:.3g}")
         if self.group_size_from is not None:
