@@ -14,7 +14,7 @@ import pytest
 from fit_samples import collective_records, write_run
 
 from commbench import calibration
-from commbench.calibration.costmodels import coefficients
+from commbench.calibration.costmodels import coefficients, model_time
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
 from commbench.fit.logfit import fit_log_line
@@ -119,3 +119,18 @@ def test_predict_scales_an_op_by_its_own_terms(tmp_path):
     got = cal.explain("reduce_scatter", 4 << 20, 8, "intra", extrapolate=True)
     assert got.extrapolated and "scaled from group size 4" in got.method
     assert got.seconds == pytest.approx(truth("reduce_scatter", 8, 4 << 20), rel=0.05)
+
+
+def test_one_group_size_the_shared_line_names_the_model(tmp_path):
+    """Tree-model data (shared alpha and beta) at one group size: every model fits each op's
+    own terms alike, so the shared line's error across ops names tree (not ring by default)."""
+    recs = []
+    for op in ("allreduce", "allgather", "broadcast", "reduce_scatter"):
+        recs += collective_records(
+            op, 8, 0, 0, sizes=SIZES,
+            time_of=lambda s, op=op: model_time("tree", op, 8, s, 3e-6, 1e-10),
+        )  # fmt: skip
+    run = write_run(tmp_path, "tree8", recs)
+    _, _, links = calibrate.build(collect(read_fit_runs([run])), FitOptions(bootstrap=0))
+    assert links[0].best_model == "tree"
+    assert "ring" in links[0].ties  # the terms alone could not tell them apart

@@ -290,11 +290,15 @@ def fit_link_table(
             continue
         keep = latency_keep(items)
         models = {m: _fit_model(m, items, keep, opts) for m in MODELS}
-        # the first model (ring, tree, rabenseifner, pairwise) within 1% of the lowest median
-        # error: when the data cannot tell models apart, ring (NCCL's default) is named
+        # the model within 1% of the lowest median error of the per-op terms; among those
+        # the shared line's error decides (with one group size every model fits each op's
+        # terms alike, but how latency steps compare across ops still tells them apart),
+        # then the order ring, tree, rabenseifner, pairwise (ring: NCCL's default)
         low = min(f.median_rel_err for f in models.values())
         close = [m for m in MODELS if models[m].median_rel_err <= low * TIE + 1e-12]
-        best, ties = close[0], close[1:]
+        shared = min(models[m].shared_median_rel_err for m in close)
+        best = next(m for m in close if models[m].shared_median_rel_err <= shared * TIE + 1e-12)
+        ties = [m for m in close if m != best]
         combos = len(set(zip(ops, ps)))
         note = None
         if combos == 1:
