@@ -37,9 +37,15 @@ class SegmentLike(Protocol):
 
 
 def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
-    """Seconds at nbytes from a series' segments: the segment holding nbytes; in a gap between
-    two segments the boundary is the geometric mean of their neighbouring measured sizes;
-    outside the measured range the nearest segment's line (the caller decides if allowed)."""
+    """Seconds at nbytes from a series' segments: the line of segment_for(nbytes)."""
+    seg = segment_for(segments, nbytes)
+    return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)
+
+
+def segment_for(segments: Sequence[SegmentLike], nbytes: float) -> SegmentLike:
+    """The segment holding nbytes; in a gap between two segments the boundary is the geometric
+    mean of their neighbouring measured sizes; outside the measured range the nearest segment
+    (the caller decides if allowed)."""
     seg = segments[0]
     for k, s in enumerate(segments):
         if nbytes <= s.bytes_max:
@@ -50,7 +56,7 @@ def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
                 seg = prev if nbytes < cut else s
             break
         seg = s
-    return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)
+    return seg
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,14 @@ class LinkModel:
     group_sizes: tuple[int, ...]
     note: str | None = None
     terms: Mapping[str, tuple[Line, ...]] = field(default_factory=dict)
+
+    def terms_at(self, op: str, nbytes: float) -> tuple[float, float] | None:
+        """(alpha, beta) of op's regime holding nbytes, None when op has no terms."""
+        lines = self.terms.get(op)
+        if not lines:
+            return None
+        seg = segment_for(lines, nbytes)
+        return seg.alpha_s, seg.beta_s_per_byte
 
     def time(self, op: str, p: int, nbytes: float) -> float:
         lines = self.terms.get(op)

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from commbench.calibration.costmodels import MODELLED_OPS
+from commbench.calibration.hierarchy import hierarchical_ratio
 from commbench.calibration.lines import Line, LinkModel, SeriesModel
 from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
@@ -184,8 +185,9 @@ class Calibration:
         """predict() with the method used (see the module docstring for the rule) and how far
         it reached (`nodes`: the hosts one group spans, compared with those measured)."""
         got = self._explain(
-            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement
-        )
+            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement,
+            nodes,
+        )  # fmt: skip
         s = self._by_key.get(got.series) if got.series is not None else None
         if s is not None:
             got.reach = Reach(
@@ -215,6 +217,7 @@ class Calibration:
         extrapolate: bool,
         timing: str | None,
         placement: str | None,
+        nodes: int | None = None,
     ) -> Prediction:
         op = canonical_op(op)
         if op not in OPS:
@@ -282,7 +285,9 @@ class Calibration:
                 f"{self.describe(op=ops[-1])}); pass "
                 "extrapolate=True to scale from the link table"
             )
-        return self._extrapolate(op, nbytes, group_size, link_class, dtype, backend, on_link, want)
+        return self._extrapolate(
+            op, nbytes, group_size, link_class, dtype, backend, on_link, want, nodes
+        )
 
     def _resolve_backend(self, cands, backend, link_class, want) -> str | None:
         if backend is not None:
@@ -308,7 +313,20 @@ class Calibration:
         )
         return links[0] if links else None
 
-    def _extrapolate(self, op, nbytes, p, link_class, dtype, backend, on_link, want) -> Prediction:
+    def _hierarchical(self, link, s, op, p, nodes, nbytes) -> float | None:
+        """calibration.hierarchy's ratio for an inter series of one node count scaled to a
+        group of `nodes` nodes, when the intra link has terms for the op; else None."""
+        counts = {n for n, _ in s.shapes}
+        intra = self._link(s.key.backend, "intra", s.key.timing)
+        if nodes is None or len(counts) != 1 or link.link_class == "intra" or intra is None:
+            return None
+        return hierarchical_ratio(
+            link, intra, op, (s.key.group_size, counts.pop()), (p, nodes), nbytes
+        )
+
+    def _extrapolate(
+        self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
+    ) -> Prediction:
         kind = self.kind
         same_p = _prefer([s for s in on_link if s.key.group_size == p])
         if same_p:  # (2) another dtype, same element size first
@@ -337,6 +355,18 @@ class Calibration:
             if link is not None:
                 base = link.time(op, q, nbytes)
                 target = link.time(op, p, nbytes)
+                ratio = self._hierarchical(link, s, op, p, nodes, nbytes)
+                if ratio is not None:
+                    return Prediction(
+                        seconds=s.at(nbytes) * ratio,
+                        method=f"scaled from group size {q} to {nodes} nodes by the "
+                        f"{link.best_model} model, intra- and inter-node steps apart",
+                        extrapolated=True,
+                        series=s.key,
+                        model=link.best_model,
+                        kind=kind,
+                        notes=[link.note] if link.note else [],
+                    )
                 if base > 0:
                     return Prediction(
                         seconds=s.at(nbytes) * target / base,
