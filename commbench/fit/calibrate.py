@@ -7,6 +7,7 @@ linkfit (the joint link table) and calibration (the schema the result must pass)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,10 @@ from commbench.fit.links import LinkEntry, LinkPoints, fit_link_table
 from commbench.fit.options import FitOptions
 from commbench.fit.series import SeriesFitResult, fit_series
 from commbench.ops import bus_factor
+
+# contiguous and strided groups of one series agree when their medians are this close (or
+# within the runs' repeat spread)
+PLACEMENT_AGREE = 0.2
 
 
 @dataclass
@@ -51,18 +56,22 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
         "loso_median_rel_err": float(np.median(loso)) if loso.size else None,
         "runs": sorted(data.runs),
         "repeat_spread": float(np.median(spreads)) if (spreads := repeat_spreads(data)) else None,
+        "placement_spread": float(np.median(apart))
+        if (apart := repeat_spreads(data, data.stride_of))
+        else None,
         "shapes": [{"nodes": n, "ranks_per_node": r} for n, r in sorted(data.shapes)],
         "segments": segs,
     }
 
 
-def repeat_spreads(data: SeriesData) -> list[float]:
-    """Per size measured in two runs or more: max / min - 1 of the runs' median times. Runs of
-    the same sweep made apart (interleaved with other work) disagree by this much, so no
-    prediction can be trusted closer."""
-    by: dict[float, dict[str, list[float]]] = {}
-    for x, t, run in zip(data.x, data.t, data.run_of):
-        by.setdefault(x, {}).setdefault(run, []).append(t)
+def repeat_spreads(data: SeriesData, labels: Sequence[object] | None = None) -> list[float]:
+    """Per size measured under two labels or more (default: runs): max / min - 1 of the
+    labels' median times. Runs of the same sweep made apart (interleaved with other work)
+    disagree by this much, so no prediction can be trusted closer; with strides as labels,
+    it is how far contiguous and strided groups of one series disagree."""
+    by: dict[float, dict[object, list[float]]] = {}
+    for x, t, label in zip(data.x, data.t, data.run_of if labels is None else labels):
+        by.setdefault(x, {}).setdefault(label, []).append(t)
     out = []
     for runs in by.values():
         if len(runs) >= 2:
@@ -141,6 +150,16 @@ def build_doc(
     partial = collected.partial_runs
     if partial:
         notes.append(f"partial runs (status not complete): {', '.join(partial)}")
+    for o in outcomes:
+        spread = o.row["placement_spread"]
+        floor = o.row["repeat_spread"] or 0.0
+        if spread is not None and spread > max(PLACEMENT_AGREE, floor):
+            notes.append(
+                f"{o.data.key.label()}: contiguous and strided groups disagree by "
+                f"{spread:.0%} (median over sizes), beyond {max(PLACEMENT_AGREE, floor):.0%}: "
+                "they share the link class here, so measure them on hosts where they do not "
+                "(or --ranks-per-node), or fit one placement"
+            )
     for r in collected.runs:
         for o in r.get("oversubscribed") or ():
             notes.append(

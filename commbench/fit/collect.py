@@ -45,6 +45,7 @@ class SeriesData:
     runs: set[str] = field(default_factory=set)
     shapes: set[tuple[int, int]] = field(default_factory=set)  # (nodes, ranks per node) seen
     run_of: list[str] = field(default_factory=list)  # each point's run id
+    stride_of: list[int] = field(default_factory=list)  # each point's group stride (1: contiguous)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.x, dtype=float), np.asarray(self.t, dtype=float)
@@ -212,6 +213,8 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
             data.x.append(float(nbytes))
             data.t.append(t_us * 1e-6)
             data.run_of.append(str(rec.get("run_id") or run.path.name))
+            stride = rec.get("stride")
+            data.stride_of.append(stride if type(stride) is int else 1)
             data.runs.add(data.run_of[-1])
             nodes = group_nodes(rec, key.link_class)
             if nodes is not None:
