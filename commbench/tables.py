@@ -97,7 +97,7 @@ SERIES = TableSpec(
         Column("out", "", 4),
     ),
     "series fits: time = alpha + beta*bytes per segment; bw = 1/beta (GB/s = 1e9 B/s); "
-    "err = |pred-t|/t (median, max of kept points); loso = leave-one-size-out median",
+    "err = |pred-t|/t (median, max of all points); loso = leave-one-size-out median",
 )
 
 
@@ -148,8 +148,9 @@ LINKS = TableSpec(
         Column("pts", "", 5),
         Column("best", "", 4),
     ),
-    "link table: one (alpha, beta) per link, jointly over ops and group sizes; "
-    "time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005); busbw = 1/beta",
+    "link table: time = alpha*A(op,p) + beta*B(op,p)*S (Thakur et al. 2005) with per-op, "
+    "per-size-regime terms fitted across group sizes; alpha and busbw (= 1/beta) are the line "
+    "shared by all ops (for ops not measured), err is of the per-op terms",
 )
 # A link whose best model misses its points by more than this (median relative error) has no
 # model that explains it: it is shown as the least bad ("?"), never as best.
@@ -194,16 +195,30 @@ def link_rows(link_table: list[dict]) -> list[list]:
 
 
 def link_notes(link_table: list[dict]) -> list[str]:
-    """Per link: the group sizes and ops it was fitted over, and its note."""
-    return [
-        f"{e['backend']}/{e['link_class']}/{e['timing']}: p = {e.get('group_sizes', [])}, ops = "
-        f"{', '.join(e.get('ops', []))}"
-        + (f" ({e['note']})" if e.get("note") else "")
-        + (
-            ""
-            if _fits(e)
-            else f" (no model fits: the least bad, {e['best_model']}, misses by "
-            f"{e['models'][e['best_model']]['median_rel_err']:.0%} median; do not price from it)"
+    """Per link: the group sizes and ops it was fitted over, its note, and per op under the
+    best model the largest regime's busbw and the median error from 64 KiB up."""
+    out = []
+    for e in link_table:
+        out.append(
+            f"{e['backend']}/{e['link_class']}/{e['timing']}: p = {e.get('group_sizes', [])}, "
+            f"ops = {', '.join(e.get('ops', []))}"
+            + (f" ({e['note']})" if e.get("note") else "")
+            + (
+                ""
+                if _fits(e)
+                else f" (no model fits: the least bad, {e['best_model']}, misses by "
+                f"{e['models'][e['best_model']]['median_rel_err']:.0%} median; do not price from it)"
+            )
         )
-        for e in link_table
-    ]
+        best = e["models"][e["best_model"]]
+        large = best.get("per_op_large_median_rel_err", {})
+        for op, lines in sorted(best.get("terms", {}).items()):
+            beta = lines[-1]["beta_s_per_byte"]
+            bw = f"{1 / beta / 1e9:.3g} GB/s" if beta > 0 else "-"
+            err = f", err from 64 KiB up {large[op]:.1%}" if op in large else ""
+            out.append(f"  {op}: {len(lines)} regime(s), top busbw {bw}{err}")
+        if best.get("below_latency"):
+            out.append(
+                f"  {best['below_latency']} point(s) faster than half the p2p latency rejected"
+            )
+    return out

@@ -779,10 +779,10 @@ PLAN: list[BadInput] = [
     ),
 ]
 VALIDATE: list[BadInput] = [
-    BadInput(
-        "validate-run-sweep-not-suite",
-        ("validate", RUN_DIR, "--calibration", CAL),
-        r"no suite point records in .*/r \(validate reads `commbench suite` runs",
+    BadInput(  # a run sweep is validated op by op; a size that is not one is refused
+        "validate-ops-bad-min-bytes",
+        ("validate", RUN_DIR, "--calibration", CAL, "--ops", "--min-bytes", "0"),
+        r"--min-bytes '0' must be positive",
         setup=_calibration,
     ),
     BadInput(

@@ -312,3 +312,19 @@ def test_measured_calibration_needs_diagnostics(cal, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match="median_rel_err"):
         calibration.load(path)
+
+
+@pytest.mark.parametrize("slower, noted", [(1.0, False), (2.0, True)])
+def test_contiguous_and_strided_groups_are_checked_to_agree(tmp_path, slower, noted):
+    """One series holding contiguous (stride 1) and strided (stride 4) groups: their spread is
+    stated, and a note says when they disagree (2x) rather than fitting one line through
+    both silently."""
+    recs = [{**r, "stride": 1} for r in ring_records("allreduce", 4)]
+    recs += [
+        {**r, "stride": 4, "time_us": r["time_us"] * slower} for r in ring_records("allreduce", 4)
+    ]
+    run = write_run(tmp_path, "placements", recs)
+    doc, _, _ = calibrate.build(collect(read_fit_runs([run])), FitOptions(bootstrap=0))
+    assert doc["series"][0]["placement_spread"] == pytest.approx(slower - 1)
+    said = [n for n in doc["notes"] if "contiguous and strided groups disagree" in n]
+    assert bool(said) == noted

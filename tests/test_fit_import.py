@@ -287,3 +287,49 @@ def test_imported_records_are_json_lines(tmp_path):
     )
     lines = (tmp_path / "j" / "records.jsonl").read_text().splitlines()
     assert len(lines) == 50 and json.loads(lines[0])["schema_version"] == 1
+
+
+def test_ranks_per_node_gives_a_log_without_host_lines_its_nodes(tmp_path, capsys):
+    """A 64-rank all-reduce log with its rank lines cut: --ranks-per-node 8 makes each record a
+    group of 8 nodes x 8 (inter); the run says the shape; a log whose host lines disagree is
+    refused."""
+    text = "\n".join(
+        line for line in nccl_tests_new(ranks=64, hosts=8).splitlines() if "Rank" not in line
+    )
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text(text)
+    rc = cli.main(
+        [
+            "import",
+            "nccl-tests",
+            str(path),
+            "--ranks-per-node",
+            "8",
+            "--group-size",
+            "64",
+            "--results",
+            str(tmp_path),
+            "--run-id",
+            "big",
+        ]  # fmt: skip
+    )
+    assert rc == 0
+    recs = [json.loads(x) for x in (tmp_path / "big" / "records.jsonl").read_text().splitlines()]
+    assert {(r["hosts_spanned"], r["link_class"], r["group_size"]) for r in recs} == {
+        (8, "inter", 64)
+    }
+    assert json.loads((tmp_path / "big" / "meta.json").read_text())["ranks_per_node"] == 8
+    with_hosts = tmp_path / "hosts.log"
+    with_hosts.write_text(nccl_tests_new(ranks=16, hosts=2))  # 2 nodes x 8
+    rc = cli.main(
+        [
+            "import",
+            "nccl-tests",
+            str(with_hosts),
+            "--ranks-per-node",
+            "4",
+            "--results",
+            str(tmp_path),
+        ]  # fmt: skip
+    )
+    assert rc == 2 and "spans 2 host(s) but --ranks-per-node 4" in capsys.readouterr().err

@@ -210,3 +210,60 @@ def test_three_sizes_with_an_outlier_still_fit():
     res = fit_series(x, t, FitOptions(bootstrap=20))
     assert len(res.segments) == 1 and res.segments[0].outliers == 1
     assert res.segments[0].beta_s_per_byte == pytest.approx(ONE[1], rel=1e-6)
+
+
+def cliff(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """ONE's line up to 32 MiB, then 4x slower per byte at 64 and 128 MiB (a last-level-cache
+    cliff, as seen on this machine's MPI sweeps), 2% noise."""
+    rng = np.random.default_rng(seed)
+    slow = SIZES >= 64 << 20
+    t = np.where(slow, ONE[0] + 4 * ONE[1] * SIZES, ONE[0] + ONE[1] * SIZES)
+    return SIZES.copy(), t * (1 + 0.02 * rng.standard_normal(SIZES.size))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_cliff_at_the_largest_sizes_is_kept_not_dropped(seed):
+    """Two slow sizes at the top agree with each other, so they are structure: full weight and
+    predicted within 5% (the old rule gave them weight 0 and predicted 0.25x of measured)."""
+    x, t = cliff(seed)
+    res = fit_series(x, t, FitOptions(bootstrap=0))
+    assert np.all(res.weights[-2:] > 0.5)
+    for s, ts in zip(x[-2:], t[-2:]):
+        assert predict_segments(res.segments, s) == pytest.approx(ts, rel=0.05)
+
+
+def test_a_lone_slow_size_stays_an_outlier():
+    """One slow size whose neighbours agree with the line (x3 at 1 MiB) is still an outlier,
+    and so is the slowest size alone at the top."""
+    x, t = one_segment(0.01, 7)
+    t[17] *= 3
+    t[-1] *= 3
+    res = fit_series(x, t, FitOptions(bootstrap=0))
+    assert res.weights[17] == 0 and res.weights[-1] == 0 and len(res.segments) == 1
+
+
+def test_median_and_max_error_are_over_the_same_points():
+    """With outliers, a segment's max error includes them: never below its median."""
+    x, t = one_segment(0.01, 7)
+    t[[4, 12, 20]] *= 3
+    seg = fit_series(x, t, FitOptions(bootstrap=0)).segments[0]
+    assert seg.max_rel_err >= seg.median_rel_err
+    assert seg.max_rel_err == pytest.approx(2 / 3, rel=0.05)
+
+
+def test_a_rendezvous_jump_gets_its_own_segment():
+    """Shaped like a send/recv between emulated nodes: 16 us + S / 0.6 GB/s to 16 KiB, one
+    transition size at 10x, then 4 ms + S / 0.05 GB/s with 5% noise. The criterion on
+    1 - pred/t chose one line (a transition point over-predicted 10x cost 81, the eight
+    large sizes under-predicted 10x cost under 1 each) and predicted them 10x too fast; on
+    log(pred/t) both count alike: two segments or more, large sizes within 15%."""
+    rng = np.random.default_rng(4)
+    x = np.array([8 << k for k in range(20)], dtype=float)  # 8 B .. 4 MiB
+    t = np.where(x <= 16 << 10, 16e-6 + x / 0.6e9, 4e-3 + x / 0.05e9)
+    t[x == 32 << 10] = 339e-6
+    t = t * (1 + np.where(x > 32 << 10, 0.05, 0.005) * rng.standard_normal(x.size))
+    res = fit_series(x, t, FitOptions(bootstrap=0))
+    assert len(res.segments) >= 2
+    for s, ts in zip(x, t):
+        if s >= 64 << 10:
+            assert predict_segments(res.segments, s) == pytest.approx(ts, rel=0.15)

@@ -5,11 +5,11 @@ one; this module evaluates it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from commbench.calibration.costmodels import model_time
+from commbench.calibration.costmodels import coefficients, model_time
 from commbench.calibration.series_key import SeriesKey
 
 
@@ -37,9 +37,15 @@ class SegmentLike(Protocol):
 
 
 def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
-    """Seconds at nbytes from a series' segments: the segment holding nbytes; in a gap between
-    two segments the boundary is the geometric mean of their neighbouring measured sizes;
-    outside the measured range the nearest segment's line (the caller decides if allowed)."""
+    """Seconds at nbytes from a series' segments: the line of segment_for(nbytes)."""
+    seg = segment_for(segments, nbytes)
+    return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)
+
+
+def segment_for(segments: Sequence[SegmentLike], nbytes: float) -> SegmentLike:
+    """The segment holding nbytes; in a gap between two segments the boundary is the geometric
+    mean of their neighbouring measured sizes; outside the measured range the nearest segment
+    (the caller decides if allowed)."""
     seg = segments[0]
     for k, s in enumerate(segments):
         if nbytes <= s.bytes_max:
@@ -50,7 +56,7 @@ def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
                 seg = prev if nbytes < cut else s
             break
         seg = s
-    return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)
+    return seg
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class SeriesModel:
     bytes_min: int
     bytes_max: int
     segments: tuple[Line, ...]
+    shapes: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node) measured
 
     def at(self, nbytes: float) -> float:
         return predict_segments(list(self.segments), nbytes)
@@ -69,6 +76,9 @@ class SeriesModel:
 
 @dataclass(frozen=True, kw_only=True)
 class LinkModel:
+    """A link's best model: per-op terms (one (alpha, beta) per size regime, fit/links.py) for
+    the ops measured on it, the shared (alpha, beta) for the others."""
+
     backend: str
     link_class: str
     timing: str
@@ -77,6 +87,22 @@ class LinkModel:
     beta_s_per_byte: float
     group_sizes: tuple[int, ...]
     note: str | None = None
+    terms: Mapping[str, tuple[Line, ...]] = field(default_factory=dict)
+
+    def terms_at(self, op: str, nbytes: float) -> tuple[float, float] | None:
+        """(alpha, beta) of op's regime holding nbytes, None when op has no terms."""
+        lines = self.terms.get(op)
+        if not lines:
+            return None
+        seg = segment_for(lines, nbytes)
+        return seg.alpha_s, seg.beta_s_per_byte
 
     def time(self, op: str, p: int, nbytes: float) -> float:
-        return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
+        lines = self.terms.get(op)
+        if not lines:
+            return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
+        a, b = coefficients(self.best_model, op, p)
+        scaled = [
+            Line(x.bytes_min, x.bytes_max, x.alpha_s * a, x.beta_s_per_byte * b) for x in lines
+        ]
+        return predict_segments(scaled, nbytes)

@@ -23,7 +23,9 @@ import math
 from dataclasses import dataclass, field
 
 from commbench.calibration.costmodels import MODELLED_OPS
+from commbench.calibration.hierarchy import hierarchical_ratio
 from commbench.calibration.lines import Line, LinkModel, SeriesModel
+from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
@@ -45,6 +47,7 @@ class Prediction:
     model: str | None = None
     kind: str = "measured"
     notes: list[str] = field(default_factory=list)
+    reach: Reach = field(default_factory=Reach)  # how far beyond the measurements it went
 
 
 def _rank(value: str, order: tuple) -> tuple:
@@ -79,9 +82,11 @@ class Calibration:
                     Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
                     for g in s["segments"]
                 ),
+                tuple((x["nodes"], x["ranks_per_node"]) for x in s.get("shapes", ())),
             )
             for s in doc["series"]
         ]
+        self._by_key = {s.key: s for s in self.series}
         self.links: list[LinkModel] = []
         for e in doc["link_table"]:
             m = e["models"][e["best_model"]]
@@ -95,6 +100,13 @@ class Calibration:
                     beta_s_per_byte=m["beta_s_per_byte"],
                     group_sizes=tuple(e.get("group_sizes", ())),
                     note=e.get("note"),
+                    terms={
+                        op: tuple(
+                            Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
+                            for g in lines
+                        )
+                        for op, lines in (m.get("terms") or {}).items()
+                    },
                 )
             )
 
@@ -168,11 +180,24 @@ class Calibration:
         extrapolate: bool = False,
         timing: str | None = None,
         placement: str | None = None,
+        nodes: int | None = None,
     ) -> Prediction:
-        """predict() with the method used (see the module docstring for the rule)."""
+        """predict() with the method used (see the module docstring for the rule) and how far
+        it reached (`nodes`: the hosts one group spans, compared with those measured)."""
         got = self._explain(
-            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement
-        )
+            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement,
+            nodes,
+        )  # fmt: skip
+        s = self._by_key.get(got.series) if got.series is not None else None
+        if s is not None:
+            got.reach = Reach(
+                bytes_factor=bytes_factor(nbytes, s.bytes_min, s.bytes_max),
+                group_size_from=s.key.group_size if s.key.group_size != group_size else None,
+                nodes=nodes,
+                nodes_measured=tuple(sorted({n for n, _ in s.shapes})),
+            )
+        elif group_size > 1:
+            got.reach = Reach(nodes=nodes, model_only=True)
         if not math.isfinite(got.seconds):  # finite but absurd alpha/beta overflowed
             raise UsageError(
                 f"{self.source}: {op} of {format_size(nbytes)} on {link_class} links, group "
@@ -192,6 +217,7 @@ class Calibration:
         extrapolate: bool,
         timing: str | None,
         placement: str | None,
+        nodes: int | None = None,
     ) -> Prediction:
         op = canonical_op(op)
         if op not in OPS:
@@ -258,7 +284,9 @@ class Calibration:
                 f"{want}: not measured in {self.source} (it covers: "
                 f"{self.describe(op=ops[-1])}); --extrapolate scales from the link table"
             )
-        return self._extrapolate(op, nbytes, group_size, link_class, dtype, backend, on_link, want)
+        return self._extrapolate(
+            op, nbytes, group_size, link_class, dtype, backend, on_link, want, nodes
+        )
 
     def _resolve_backend(self, cands, backend, link_class, want) -> str | None:
         if backend is not None:
@@ -284,7 +312,20 @@ class Calibration:
         )
         return links[0] if links else None
 
-    def _extrapolate(self, op, nbytes, p, link_class, dtype, backend, on_link, want) -> Prediction:
+    def _hierarchical(self, link, s, op, p, nodes, nbytes) -> float | None:
+        """calibration.hierarchy's ratio for an inter series of one node count scaled to a
+        group of `nodes` nodes, when the intra link has terms for the op; else None."""
+        counts = {n for n, _ in s.shapes}
+        intra = self._link(s.key.backend, "intra", s.key.timing)
+        if nodes is None or len(counts) != 1 or link.link_class == "intra" or intra is None:
+            return None
+        return hierarchical_ratio(
+            link, intra, op, (s.key.group_size, counts.pop()), (p, nodes), nbytes
+        )
+
+    def _extrapolate(
+        self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
+    ) -> Prediction:
         kind = self.kind
         same_p = _prefer([s for s in on_link if s.key.group_size == p])
         if same_p:  # (2) another dtype, same element size first
@@ -313,6 +354,18 @@ class Calibration:
             if link is not None:
                 base = link.time(op, q, nbytes)
                 target = link.time(op, p, nbytes)
+                ratio = self._hierarchical(link, s, op, p, nodes, nbytes)
+                if ratio is not None:
+                    return Prediction(
+                        seconds=s.at(nbytes) * ratio,
+                        method=f"scaled from group size {q} to {nodes} nodes by the "
+                        f"{link.best_model} model, intra- and inter-node steps apart",
+                        extrapolated=True,
+                        series=s.key,
+                        model=link.best_model,
+                        kind=kind,
+                        notes=[link.note] if link.note else [],
+                    )
                 if base > 0:
                     return Prediction(
                         seconds=s.at(nbytes) * target / base,

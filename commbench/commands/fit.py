@@ -5,9 +5,11 @@
 Per series (backend, op, link class, group size, dtype, timing, placement): piecewise
 time = alpha + beta x bytes by relative-error least squares, segments found by the data
 (exact segmentation, BIC), outliers down-weighted (Huber, Tukey), with R^2 on log-time,
-median/max relative error, leave-one-size-out error and bootstrap 95% intervals. Then a link
-table per (backend, link class, timing): alpha and bus bandwidth under the ring, tree,
-rabenseifner and pairwise models (Thakur, Rabenseifner & Gropp 2005), best model marked.
+median/max relative error, leave-one-size-out error and bootstrap 95% intervals; a point is an
+outlier only if its neighbouring sizes disagree. Then a link table per (backend, link class,
+timing) under the ring, tree, rabenseifner and pairwise models (Thakur, Rabenseifner & Gropp
+2005), best model marked: per-op terms per size regime fitted across group sizes on
+log(pred/t), and a line shared by all ops (fit/links.py).
 Records with wrong > 0 are left out and counted; partial runs are accepted and said so.
 Suite `step` records are fitted like `commbench run` records (their bytes and time_us are the
 op the runner measured); suite `point` records (a whole training step, op "program") and

@@ -46,6 +46,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="backend label (default: nccl for nccl-tests, mpi for OSU and IMB)",
     )
     g.add_argument("--link-class", default=None, help="intra (one host) or inter (several)")
+    g.add_argument(
+        "--ranks-per-node",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="ranks per node, for logs without host lines: a group of p ranks spans "
+        "ceil(p / N) nodes (its link class follows)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -58,7 +66,9 @@ def main(args: argparse.Namespace) -> int:
 
     if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
         raise UsageError(f"--run-id {args.run_id!r}: use letters, digits, '.', '_' and '-'")
-    hints = Hints(args.op, args.group_size, args.dtype, args.backend, args.link_class)
+    hints = Hints(
+        args.op, args.group_size, args.dtype, args.backend, args.link_class, args.ranks_per_node
+    )
     parser = importlib.import_module(IMPORTERS[args.tool])
     parsed = []
     for log in args.logs:
@@ -92,6 +102,7 @@ def main(args: argparse.Namespace) -> int:
         "world_size": max((r["world_size"] or 0) for r in records) or None,
         "hosts": hosts,
         "num_hosts": len(hosts) or None,
+        "ranks_per_node": args.ranks_per_node,
         "libraries": libraries,
         "env": env,
         "timing": records[0]["timing"],

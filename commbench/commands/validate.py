@@ -1,8 +1,12 @@
 """Check a calibration against measured suites: every suite point's predicted time (its Program
-rebuilt from the record and priced as `commbench plan` prices it) next to the measured one.
+rebuilt from the record and priced as `commbench plan` prices it) next to the measured one; or,
+for op sweeps (`commbench run`, `commbench import`, or any run with --ops), every primitive op
+record's predicted time with how far it reached beyond the calibration (bytes, group size,
+nodes; calibration/op_accuracy.py).
 
     commbench validate --calibration cal.json results/RUN [RUN...]
     commbench validate --calibration cal.json results/RUN --json -o validation.json
+    commbench validate --calibration cal-2nodes.json results/SWEEP-4NODES --extrapolate
 
 Per point: measured and predicted time, the relative error (predicted - measured) / measured,
 and why a point could not be predicted (a size, op, group size or link class the calibration
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     from commbench.calibration import Calibration
 
-HELP = "compare a calibration's predictions with measured suite points"
+HELP = "compare a calibration's predictions with measured suite points or op sweeps"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,6 +38,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
     p.add_argument("-o", "--output", default=None, help="also write rows and summary as JSON")
     p.add_argument("--steps", action="store_true", help="also print every step's comparison")
+    p.add_argument(
+        "--ops",
+        action="store_true",
+        help="predict every primitive op record (suite steps too) instead of whole suite "
+        "points; the default for runs without suite points (commbench run, commbench import)",
+    )
+    p.add_argument(
+        "--min-bytes",
+        default=None,
+        metavar="SIZE",
+        help="with --ops: summarise only sizes >= SIZE (rows keep every size; default: all)",
+    )
 
 
 def _ms(v: float | None) -> str:
@@ -54,6 +70,13 @@ def print_rows(
 
     w = out.write
     w(f"# commbench validate: {len(rows)} point(s) against {cal.source} [{cal.kind}]\n")
+    floor = cal.doc.get("noise_floor")
+    if floor:
+        w(
+            f"# noise floor the calibration states: its runs repeat within {floor['median_rel']:.0%}"
+            f" (median over {floor['sizes']} sizes of {floor['runs']} runs), so the band is "
+            f"{band_of(cal):.0%}\n"
+        )
     w(
         "# measured = the suite's time (sum of median x repeat over steps); predicted = the "
         "same Program priced by the calibration; error = (predicted - measured) / measured\n"
@@ -126,6 +149,132 @@ def print_rows(
         )
 
 
+def band_of(cal: Calibration) -> float:
+    """The error band validation counts as accurate: 20%, or the noise floor the calibration
+    states (its runs' repeat spread) where that is larger."""
+    from commbench.calibration.accuracy import ACCURACY_BAND
+
+    floor = cal.doc.get("noise_floor") or {}
+    return max(ACCURACY_BAND, float(floor.get("median_rel", 0.0)))
+
+
+def print_op_rows(
+    rows: list[dict], summary: list[dict], cal: Calibration, band: float, out: TextIO
+) -> None:
+    """Per-op rows (op, shape, bytes, measured, predicted, error, reach), then the summary."""
+    from commbench.sizes import format_size
+    from commbench.tables import Column, Table
+
+    w = out.write
+    w(f"# commbench validate --ops: {len(rows)} record(s) against {cal.source} [{cal.kind}]\n")
+    w("# error = (predicted - measured) / measured; reach = how far beyond the measurements\n")
+    t = Table(
+        [
+            Column("op", "", 14),
+            Column("p", "", 4),
+            Column("nodes", "", 5),
+            Column("link", "", 5),
+            Column("bytes", "", 10),
+            Column("measured", "(us)", 11),
+            Column("predicted", "(us)", 11),
+            Column("error", "(%)", 8),
+            Column("reach", "", 4),
+        ],
+        out,
+    )
+    for r in rows:
+        ok = r["status"] == "ok"
+        t.row(
+            r["op"],
+            r["group_size"],
+            "-" if r["nodes"] is None else r["nodes"],
+            r["link_class"],
+            format_size(r["bytes"]),
+            f"{r['measured_s'] * 1e6:.2f}",
+            f"{r['predicted_s'] * 1e6:.2f}" if ok else "-",
+            _pct(r["rel_error"]),
+            r["reach"]["text"] if ok else "-",
+        )
+        if not ok:
+            w(f"#   not predicted: {r['why']}\n")
+    w(f"#\n# summary per op and shape (|error|; share within the band, {band:.0%})\n")
+    s = Table(
+        [
+            Column("op", "", 14),
+            Column("p", "", 4),
+            Column("nodes", "", 5),
+            Column("link", "", 5),
+            Column("points", "", 6),
+            Column("skipped", "", 7),
+            Column("extrap", "", 6),
+            Column("median|err|", "(%)", 11),
+            Column("max|err|", "(%)", 9),
+            Column("median err", "(signed %)", 10),
+            Column(f"<={band:.0%}", "(share)", 7),
+        ],
+        out,
+    )
+    for x in summary:
+        s.row(
+            x["op"],
+            x["group_size"],
+            "-" if x["nodes"] is None else x["nodes"],
+            x["link_class"],
+            x["points"],
+            x["not_predicted"],
+            x["extrapolated"],
+            "-" if x["median_abs_error"] is None else f"{100 * x['median_abs_error']:.1f}",
+            "-" if x["max_abs_error"] is None else f"{100 * x['max_abs_error']:.1f}",
+            _pct(x["median_rel_error"]),
+            "-" if x["within_band"] is None else f"{x['within_band']:.2f}",
+        )
+
+
+def main_ops(args: argparse.Namespace, cal: Calibration, runs: list) -> int:
+    """validate --ops: every primitive op record predicted, with its reach."""
+    from commbench.calibration import op_accuracy
+    from commbench.errors import UsageError
+    from commbench.sizes import parse_size
+
+    rows = op_accuracy.compare(runs, cal, args.extrapolate)
+    if not rows:
+        raise UsageError(
+            f"no suite point records and no op records (kind collective or step) in "
+            f"{', '.join(args.runs)}: nothing to validate"
+        )
+    if not any(r["status"] == "ok" for r in rows):
+        raise UsageError(
+            f"none of the {len(rows)} op record(s) could be predicted: {rows[0]['why']}"
+            + ("" if args.extrapolate else " (or pass --extrapolate)")
+        )
+    min_bytes = parse_size(args.min_bytes, "--min-bytes") if args.min_bytes else 0
+    band = band_of(cal)
+    summary = op_accuracy.summarize(rows, band, min_bytes)
+    doc = {
+        "schema": op_accuracy.SCHEMA,
+        "calibration": {"path": cal.source, "kind": cal.kind},
+        "runs": [str(r.path) for r in runs],
+        "extrapolate": args.extrapolate,
+        "band": band,
+        "noise_floor": cal.doc.get("noise_floor"),
+        "min_bytes": min_bytes,
+        "summary": summary,
+        "rows": rows,
+    }
+    if args.output:
+        from commbench.results.rundir import write_json_output
+
+        write_json_output(args.output, doc)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print_op_rows(rows, summary, cal, band, sys.stdout)
+    if args.output:
+        print(f"validation: {args.output}")
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     from commbench import calibration
     from commbench.calibration import accuracy as validate
@@ -134,12 +283,10 @@ def main(args: argparse.Namespace) -> int:
 
     cal = calibration.load(args.calibration)
     runs = [read_run(p) for p in args.runs]
-    rows = validate.compare(runs, cal, args.extrapolate)
-    if not rows:
-        raise UsageError(
-            f"no suite point records in {', '.join(args.runs)} (validate reads `commbench "
-            "suite` runs; `commbench run` sweeps have no Programs to predict)"
-        )
+    has_points = any(r.get("kind") == "point" for run in runs for r in run.records)
+    if args.ops or not has_points:
+        return main_ops(args, cal, runs)
+    rows = validate.compare(runs, cal, args.extrapolate)  # one row per point: never empty
     if not any(r["status"] == "ok" for r in rows):
         raise UsageError(f"none of the {len(rows)} point(s) could be predicted: {rows[0]['why']}")
     summary = validate.summarize(rows)

@@ -7,18 +7,22 @@ linkfit (the joint link table) and calibration (the schema the result must pass)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
-from commbench.calibration.series_key import SeriesKey
 from commbench.fit.collect import Collected, SeriesData
-from commbench.fit.links import LinkEntry, fit_link_table
+from commbench.fit.links import LinkEntry, LinkPoints, fit_link_table
 from commbench.fit.options import FitOptions
 from commbench.fit.series import SeriesFitResult, fit_series
 from commbench.ops import bus_factor
+
+# contiguous and strided groups of one series agree when their medians are this close (or
+# within the runs' repeat spread)
+PLACEMENT_AGREE = 0.2
 
 
 @dataclass
@@ -51,7 +55,42 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
         "median_rel_err": float(np.median(res.rel_err)),
         "loso_median_rel_err": float(np.median(loso)) if loso.size else None,
         "runs": sorted(data.runs),
+        "repeat_spread": float(np.median(spreads)) if (spreads := repeat_spreads(data)) else None,
+        "placement_spread": float(np.median(apart))
+        if (apart := repeat_spreads(data, data.stride_of))
+        else None,
+        "shapes": [{"nodes": n, "ranks_per_node": r} for n, r in sorted(data.shapes)],
         "segments": segs,
+    }
+
+
+def repeat_spreads(data: SeriesData, labels: Sequence[object] | None = None) -> list[float]:
+    """Per size measured under two labels or more (default: runs): max / min - 1 of the
+    labels' median times. Runs of the same sweep made apart (interleaved with other work)
+    disagree by this much, so no prediction can be trusted closer; with strides as labels,
+    it is how far contiguous and strided groups of one series disagree."""
+    by: dict[float, dict[object, list[float]]] = {}
+    for x, t, label in zip(data.x, data.t, data.run_of if labels is None else labels):
+        by.setdefault(x, {}).setdefault(label, []).append(t)
+    out = []
+    for runs in by.values():
+        if len(runs) >= 2:
+            meds = [float(np.median(v)) for v in runs.values()]
+            out.append(max(meds) / min(meds) - 1.0)
+    return out
+
+
+def noise_floor(outcomes: list[SeriesOutcome]) -> dict | None:
+    """The calibration's stated noise floor: the median (and 90th percentile) of the repeat
+    spreads of every series, or None when no size was measured in two runs."""
+    spreads = [v for o in outcomes for v in repeat_spreads(o.data)]
+    if not spreads:
+        return None
+    return {
+        "median_rel": float(np.median(spreads)),
+        "p90_rel": float(np.percentile(spreads, 90)),
+        "sizes": len(spreads),
+        "runs": len({r for o in outcomes for r in o.data.runs}),
     }
 
 
@@ -89,14 +128,12 @@ def fit_collected(
     return outcomes, skipped
 
 
-def link_points(
-    outcomes: list[SeriesOutcome],
-) -> list[tuple[SeriesKey, np.ndarray, np.ndarray, np.ndarray]]:
-    """(key, bytes, seconds, weights) of every fitted series, for the link table."""
-    out = []
+def link_points(outcomes: list[SeriesOutcome]) -> list[LinkPoints]:
+    """(key, bytes, seconds, weights, segments) of every fitted series, for the link table."""
+    out: list[LinkPoints] = []
     for o in outcomes:
         x, t = o.data.arrays()
-        out.append((o.data.key, x, t, o.fit.weights))
+        out.append((o.data.key, x, t, o.fit.weights, o.fit.segments))
     return out
 
 
@@ -113,6 +150,22 @@ def build_doc(
     partial = collected.partial_runs
     if partial:
         notes.append(f"partial runs (status not complete): {', '.join(partial)}")
+    for o in outcomes:
+        spread = o.row["placement_spread"]
+        floor = o.row["repeat_spread"] or 0.0
+        if spread is not None and spread > max(PLACEMENT_AGREE, floor):
+            notes.append(
+                f"{o.data.key.label()}: contiguous and strided groups disagree by "
+                f"{spread:.0%} (median over sizes), beyond {max(PLACEMENT_AGREE, floor):.0%}: "
+                "they share the link class here, so measure them on hosts where they do not "
+                "(or --ranks-per-node), or fit one placement"
+            )
+    for r in collected.runs:
+        for o in r.get("oversubscribed") or ():
+            notes.append(
+                f"{r['run_id']}: {o['ranks']} ranks on {o['cores']} core(s) of {o['host']}: ranks "
+                "waited for a core, so its times include the scheduler's"
+            )
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "measured",
@@ -125,6 +178,7 @@ def build_doc(
         "ignored": dict(sorted(collected.ignored.items())),
         "link_table": [e.as_dict() for e in links],
         "link_skipped": link_skipped,
+        "noise_floor": noise_floor(outcomes),
         "notes": notes,
     }
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from commbench.calibration.reach import group_nodes
 from commbench.calibration.series_key import DEFAULT_PLACEMENT, DEFAULT_TIMING, SeriesKey
 from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
@@ -42,6 +43,9 @@ class SeriesData:
     excluded_wrong: int = 0
     excluded_time: int = 0
     runs: set[str] = field(default_factory=set)
+    shapes: set[tuple[int, int]] = field(default_factory=set)  # (nodes, ranks per node) seen
+    run_of: list[str] = field(default_factory=list)  # each point's run id
+    stride_of: list[int] = field(default_factory=list)  # each point's group stride (1: contiguous)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.x, dtype=float), np.asarray(self.t, dtype=float)
@@ -147,6 +151,7 @@ def run_provenance(run: Run, used: int) -> dict:
         "start_time_iso",
         "timing",
         "source",
+        "oversubscribed",
     ):
         if m.get(k) is not None:
             prov[k] = m[k]
@@ -207,7 +212,13 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
                 continue
             data.x.append(float(nbytes))
             data.t.append(t_us * 1e-6)
-            data.runs.add(str(rec.get("run_id") or run.path.name))
+            data.run_of.append(str(rec.get("run_id") or run.path.name))
+            stride = rec.get("stride")
+            data.stride_of.append(stride if type(stride) is int else 1)
+            data.runs.add(data.run_of[-1])
+            nodes = group_nodes(rec, key.link_class)
+            if nodes is not None:
+                data.shapes.add((nodes, -(-key.group_size // nodes)))
             used += 1
         provenance.append(run_provenance(run, used))
     return Collected(series, ignored, provenance)

@@ -1,39 +1,65 @@
-"""The derived link table: one (alpha, beta) per (backend, link class, timing) and algorithm model.
+"""The derived link table: per (backend, link class, timing) and algorithm model, how time grows
+with the group, per op and per size regime.
 
-Every measured point of that link, whatever its op and group size, is explained by
-time = alpha A(op, p) + beta B(op, p) S (costmodels, Thakur/Rabenseifner/Gropp 2005), fitted
-jointly by the same relative-error weighted least squares and Huber/Tukey reweighting as the
-series fits. The model with the lowest median relative error is named best; bus bandwidth is
-1/beta (GB/s = 1e9 B/s), the nccl-tests busbw a link sustains under that model.
+Under a model (costmodels, Thakur/Rabenseifner/Gropp 2005) an op of S bytes on p ranks takes
+alpha A(op, p) + beta B(op, p) S. One (alpha, beta) per link cannot fit ops whose large-message
+bus bandwidth differs 7x on one machine (an MPI broadcast or send/recv is a copy, a
+reduce-scatter a copy plus a reduction, each with its own algorithm), nor the eager/rendezvous
+and cache regimes inside one op. So each op measured on the link gets its own terms, one
+(alpha, beta) per size regime (the segments of its longest series), fitted across every group
+size it was measured at: the model carries the scaling in p, the terms the op's own rates.
+The shared (alpha, beta) of all ops together prices ops never measured on the link.
+
+Every fit minimises Huber's rho of log(pred / t) (fit/logfit.py: symmetric, so a tiny time
+cannot collapse alpha), started from the per-series fits, over the points the series fits kept
+(weight > 0). A collective point faster than half the link's point-to-point latency (the
+lowest median send/recv or pingpong time up to 1 KiB) had no synchronized start and is
+rejected and counted. The model whose terms have the lowest median relative error is named
+best; errors are over the same points (median and max), per op, and per op at >= 64 KiB.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
+from commbench.calibration.lines import Line, SegmentLike, predict_segments
 from commbench.calibration.series_key import SeriesKey
+from commbench.fit.logfit import fit_log_line
 from commbench.fit.options import FitOptions
-from commbench.fit.wls import robust_weights, solve, stats
+from commbench.fit.wls import median
 
 # models whose median error is within this factor of the lowest are ties
 TIE = 1.01
+P2P_OPS = ("sendrecv", "pingpong")
+LATENCY_SHARE = 0.5  # a collective point below this share of the p2p latency is rejected
+LATENCY_BYTES = 1024  # p2p sizes up to this are latency-bound
+LARGE = 64 << 10  # per-op errors are also reported at sizes >= this (bandwidth regime)
+
+# (key, bytes, seconds, series weights, the series' segments)
+LinkPoints = tuple[SeriesKey, np.ndarray, np.ndarray, np.ndarray, Sequence[SegmentLike]]
 
 
 @dataclass(kw_only=True)
 class ModelFit:
-    """One algorithm model's joint fit over a link's points."""
+    """One algorithm model's fit over a link's points: per-op terms and the shared line."""
 
-    alpha_s: float
+    alpha_s: float  # the shared line (all ops), for ops with no terms
     beta_s_per_byte: float
     points: int
-    outliers: int
-    median_rel_err: float
+    outliers: int  # left out by the series fits (weight 0)
+    below_latency: int  # rejected: faster than LATENCY_SHARE x the p2p latency
+    median_rel_err: float  # of the per-op terms' predictions, over the points they fit
     max_rel_err: float
     r2_log: float | None
+    shared_median_rel_err: float
     per_op_median_rel_err: dict[str, float]
+    per_op_large_median_rel_err: dict[str, float]
+    terms: dict[str, list[Line]] = field(default_factory=dict)
 
     @property
     def busbw_GBps(self) -> float | None:
@@ -46,10 +72,25 @@ class ModelFit:
             "busbw_GBps": self.busbw_GBps,
             "points": self.points,
             "outliers": self.outliers,
+            "below_latency": self.below_latency,
             "median_rel_err": self.median_rel_err,
             "max_rel_err": self.max_rel_err,
             "r2_log": self.r2_log,
+            "shared_median_rel_err": self.shared_median_rel_err,
             "per_op_median_rel_err": self.per_op_median_rel_err,
+            "per_op_large_median_rel_err": self.per_op_large_median_rel_err,
+            "terms": {
+                op: [
+                    {
+                        "bytes_min": ln.bytes_min,
+                        "bytes_max": ln.bytes_max,
+                        "alpha_s": ln.alpha_s,
+                        "beta_s_per_byte": ln.beta_s_per_byte,
+                    }
+                    for ln in lines
+                ]
+                for op, lines in self.terms.items()
+            },
         }
 
 
@@ -86,74 +127,157 @@ class LinkEntry:
         }
 
 
-def _fit_model(model, ops, ps, x, t, w0, opts: FitOptions):
-    """Joint robust fit of one model to the link's points (x bytes, t seconds)."""
-    coef = {(o, p): coefficients(model, o, p) for o, p in set(zip(ops, ps))}
-    A = np.array([coef[(o, p)][0] for o, p in zip(ops, ps)])
-    B = np.array([coef[(o, p)][1] for o, p in zip(ops, ps)])
-    x_scale = float(np.median(x[x > 0])) if np.any(x > 0) else 1.0
-    t_scale = float(np.median(t))
-    ts = t / t_scale
-    f1 = A / ts
-    f2 = B * (x / x_scale) / ts
-    w = w0.copy()
-    for kind in ("huber", "tukey", "tukey") if opts.robust else ():
-        a, b, _ = solve(*stats(w, f1, f2))
-        r = 1.0 - (a * A + b * B * x / x_scale) / ts
-        w = np.where(w0 > 0, robust_weights(r, kind, opts), 0.0)
-    a, b, _ = solve(*stats(w, f1, f2))
-    pred = (a * A + b * B * x / x_scale) * t_scale
-    rel = np.abs(pred - t) / t
-    inl = w > 1e-12
-    r2 = None
-    if inl.sum() >= 2 and np.all(pred[inl] > 0):
-        lt = np.log(t[inl])
-        ss = float(np.sum((lt - lt.mean()) ** 2))
-        if ss > 1e-18:
-            r2 = 1.0 - float(np.sum((lt - np.log(pred[inl])) ** 2)) / ss
-    per_op = {o: float(np.median(rel[ops == o])) for o in sorted(set(ops.tolist()))}
-    return ModelFit(
-        alpha_s=float(a) * t_scale,
-        beta_s_per_byte=float(b) * t_scale / x_scale,
-        points=int(len(t)),
-        outliers=int(np.count_nonzero(~inl)),
-        median_rel_err=float(np.median(rel)),
-        max_rel_err=float(np.max(rel[inl])) if inl.any() else float(np.max(rel)),
-        r2_log=r2,
-        per_op_median_rel_err=per_op,
+def regime_index(lines: Sequence[SegmentLike], x: np.ndarray) -> np.ndarray:
+    """Which regime holds each size: the cut between two regimes is the geometric mean of
+    their neighbouring measured sizes (as calibration.lines.predict_segments)."""
+    cuts = [math.sqrt(max(a.bytes_max, 1) * max(b.bytes_min, 1)) for a, b in zip(lines, lines[1:])]
+    return np.searchsorted(np.asarray(cuts), x, side="right")
+
+
+@dataclass
+class _Points:
+    """A link's points, flat, with each point's coefficients under one model."""
+
+    ops: np.ndarray
+    ps: np.ndarray
+    x: np.ndarray
+    t: np.ndarray
+    w: np.ndarray
+    A: np.ndarray
+    B: np.ndarray
+
+
+def _points(items: list[LinkPoints], model: str, keep: np.ndarray) -> _Points:
+    ops = np.concatenate([np.full(len(x), k.op) for k, x, *_ in items])
+    ps = np.concatenate([np.full(len(x), k.group_size) for k, x, *_ in items])
+    coef = {(o, p): coefficients(model, o, p) for o, p in set(zip(ops.tolist(), ps.tolist()))}
+    A = np.array([coef[(o, p)][0] for o, p in zip(ops.tolist(), ps.tolist())])
+    B = np.array([coef[(o, p)][1] for o, p in zip(ops.tolist(), ps.tolist())])
+    x = np.concatenate([x for _, x, *_ in items])
+    t = np.concatenate([t for _, _, t, *_ in items])
+    w = np.concatenate([w for _, _, _, w, _ in items])
+    return _Points(ops, ps, x, t, np.where(keep & (w > 0), 1.0, 0.0), A, B)
+
+
+def _start(items: list[LinkPoints], model: str, nbytes: float | None) -> tuple[float, float]:
+    """Alpha and beta of the model from the series fits: the median over series of the segment
+    alpha / A and beta / B (the segment holding nbytes; None: first alpha, last beta)."""
+    alphas, betas = [], []
+    for key, *_, segs in items:
+        a_coef, b_coef = coefficients(model, key.op, key.group_size)
+        if nbytes is None:
+            first, last = segs[0], segs[-1]
+        else:
+            first = last = segs[int(regime_index(segs, np.array([nbytes]))[0])]
+        if a_coef > 0:
+            alphas.append(first.alpha_s / a_coef)
+        if b_coef > 0:
+            betas.append(last.beta_s_per_byte / b_coef)
+    return (
+        float(np.median(alphas)) if alphas else 0.0,
+        float(np.median(betas)) if betas else 0.0,
     )
 
 
+def _fit_model(model: str, items: list[LinkPoints], keep: np.ndarray, opts: FitOptions) -> ModelFit:
+    """Per-op, per-regime terms and the shared line of one model over a link's points."""
+    P = _points(items, model, keep)
+    alpha, beta, _ = fit_log_line(P.A, P.B * P.x, P.t, P.w, _start(items, model, None), opts)
+    shared = alpha * P.A + beta * P.B * P.x
+    pred = shared.copy()
+    terms: dict[str, list[Line]] = {}
+    for op in sorted(set(P.ops.tolist())):
+        mine = [it for it in items if it[0].op == op]
+        longest = max(mine, key=lambda it: (len(np.unique(it[1])), it[0].group_size))[4]
+        on = P.ops == op
+        reg = regime_index(longest, P.x)
+        lines = []
+        for k, seg in enumerate(longest):
+            sel = on & (reg == k)
+            if len(np.unique(P.x[sel & (P.w > 0)])) < 2:
+                continue  # too few sizes left (points rejected): the neighbouring regime prices it
+            mid = math.sqrt(max(seg.bytes_min, 1) * max(seg.bytes_max, 1))
+            a, b, _ = fit_log_line(
+                P.A[sel], P.B[sel] * P.x[sel], P.t[sel], P.w[sel], _start(mine, model, mid), opts
+            )
+            lines.append(Line(seg.bytes_min, seg.bytes_max, a, b))
+        if not lines:
+            continue
+        terms[op] = lines
+        for i in np.flatnonzero(on):
+            scaled = [
+                Line(ln.bytes_min, ln.bytes_max, ln.alpha_s * P.A[i], ln.beta_s_per_byte * P.B[i])
+                for ln in lines
+            ]
+            pred[i] = predict_segments(scaled, float(P.x[i]))
+    used = P.w > 0
+    rel = np.abs(pred - P.t) / P.t
+    r2 = None
+    if used.sum() >= 2 and np.all(pred[used] > 0):
+        lt = np.log(P.t[used])
+        ss = float(np.sum((lt - lt.mean()) ** 2))
+        if ss > 1e-18:
+            r2 = 1.0 - float(np.sum((lt - np.log(pred[used])) ** 2)) / ss
+    per_op, large = {}, {}
+    for o in sorted(set(P.ops.tolist())):
+        sel = used & (P.ops == o)
+        if sel.any():
+            per_op[o] = median(rel[sel])
+        if (sel & (P.x >= LARGE)).any():
+            large[o] = median(rel[sel & (P.x >= LARGE)])
+    pool = rel[used] if used.any() else rel
+    return ModelFit(
+        alpha_s=alpha,
+        beta_s_per_byte=beta,
+        points=int(used.sum()),
+        outliers=int(np.count_nonzero(keep & (P.w == 0))),
+        below_latency=int(np.count_nonzero(~keep)),
+        median_rel_err=median(pool),
+        max_rel_err=float(pool.max()),
+        r2_log=r2,
+        shared_median_rel_err=median((np.abs(shared - P.t) / P.t)[used] if used.any() else rel),
+        per_op_median_rel_err=per_op,
+        per_op_large_median_rel_err=large,
+        terms=terms,
+    )
+
+
+def latency_keep(items: list[LinkPoints]) -> np.ndarray:
+    """False for collective points below LATENCY_SHARE x the link's p2p latency (the lowest
+    median time of its send/recv or pingpong sizes up to LATENCY_BYTES: a preempted size only
+    raises a median, so the lowest is the latency); all True without one."""
+    p2p = [(x, t) for k, x, t, *_ in items if k.op in P2P_OPS]
+    ops = np.concatenate([np.full(len(x), k.op) for k, x, *_ in items])
+    t = np.concatenate([t for _, _, t, *_ in items])
+    if not p2p:
+        return np.ones(len(t), dtype=bool)
+    xs = np.concatenate([x for x, _ in p2p])
+    ts = np.concatenate([t for _, t in p2p])
+    small = np.unique(xs[xs <= max(LATENCY_BYTES, xs.min())])
+    floor = min(median(ts[xs == x]) for x in small)
+    return np.isin(ops, P2P_OPS) | (t >= LATENCY_SHARE * floor)
+
+
 def fit_link_table(
-    points: list[tuple[SeriesKey, np.ndarray, np.ndarray, np.ndarray]],
-    opts: FitOptions | None = None,
+    points: list[LinkPoints], opts: FitOptions | None = None
 ) -> tuple[list[LinkEntry], list[dict]]:
-    """Link table from (key, bytes, seconds, robust weights) of every fitted series.
+    """Link table from (key, bytes, seconds, robust weights, segments) of every fitted series.
 
     Returns the entries and, for links that could not be fitted, {backend, link_class, timing,
     reason} rows (fewer than 3 points, or all from one size of one op)."""
     opts = opts or FitOptions()
-    groups: dict[tuple, list] = {}
-    for key, x, t, w in points:
-        if (
-            key.op not in MODELLED_OPS
-            or key.group_size < 2
-            and key.op
-            not in (
-                "sendrecv",
-                "pingpong",
-            )
-        ):
+    groups: dict[tuple, list[LinkPoints]] = {}
+    for item in points:
+        key = item[0]
+        if key.op not in MODELLED_OPS or (key.group_size < 2 and key.op not in P2P_OPS):
             continue
-        groups.setdefault((key.backend, key.link_class, key.timing), []).append((key, x, t, w))
+        groups.setdefault((key.backend, key.link_class, key.timing), []).append(item)
     entries, skipped = [], []
     for (backend, link, timing), items in sorted(groups.items()):
-        ops = np.concatenate([np.full(len(x), k.op) for k, x, _, _ in items])
-        ps = np.concatenate([np.full(len(x), k.group_size) for k, x, _, _ in items])
-        x = np.concatenate([x for _, x, _, _ in items])
-        t = np.concatenate([t for _, _, t, _ in items])
-        w = np.concatenate([w for _, _, _, w in items])
-        distinct = len(set(zip(ops.tolist(), ps.tolist(), x.tolist())))
+        ops = [k.op for k, x, *_ in items for _ in x]
+        ps = [k.group_size for k, x, *_ in items for _ in x]
+        xs = [v for _, x, *_ in items for v in x.tolist()]
+        distinct = len(set(zip(ops, ps, xs)))
         if distinct < 3:
             skipped.append(
                 {
@@ -164,23 +288,28 @@ def fit_link_table(
                 }
             )
             continue
-        models = {m: _fit_model(m, ops, ps, x, t, w, opts) for m in MODELS}
-        # the first model (ring, tree, rabenseifner, pairwise) within 1% of the lowest median
-        # error: when the data cannot tell models apart, ring (NCCL's default) is named
+        keep = latency_keep(items)
+        models = {m: _fit_model(m, items, keep, opts) for m in MODELS}
+        # the model within 1% of the lowest median error of the per-op terms; among those
+        # the shared line's error decides (with one group size every model fits each op's
+        # terms alike, but how latency steps compare across ops still tells them apart),
+        # then the order ring, tree, rabenseifner, pairwise (ring: NCCL's default)
         low = min(f.median_rel_err for f in models.values())
         close = [m for m in MODELS if models[m].median_rel_err <= low * TIE + 1e-12]
-        best, ties = close[0], close[1:]
-        combos = len(set(zip(ops.tolist(), ps.tolist())))
+        shared = min(models[m].shared_median_rel_err for m in close)
+        best = next(m for m in close if models[m].shared_median_rel_err <= shared * TIE + 1e-12)
+        ties = [m for m in close if m != best]
+        combos = len(set(zip(ops, ps)))
         note = None
         if combos == 1:
             note = (
                 "one (op, group size) only: the models cannot be told apart, so scaling to "
                 "other group sizes rests on the default model"
             )
-        elif len(set(ps.tolist())) == 1:
+        elif len(set(ps)) == 1:
             note = (
-                f"one group size ({int(ps[0])}) only: the model is chosen by how ops compare, "
-                "not by how time grows with the group; measure two group sizes to check it"
+                f"one group size ({ps[0]}) only: every model fits each op's terms alike; "
+                "measure two group sizes to tell how time grows with the group"
             )
         entries.append(
             LinkEntry(
@@ -189,7 +318,7 @@ def fit_link_table(
                 timing=timing,
                 group_sizes=sorted({int(k.group_size) for k, *_ in items}),
                 ops=sorted({k.op for k, *_ in items}),
-                points=int(len(t)),
+                points=len(xs),
                 best_model=best,
                 ties=ties,
                 models=models,

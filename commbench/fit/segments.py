@@ -2,9 +2,11 @@
 
 Breakpoints are found by dynamic programming over contiguous runs of message sizes (jumps
 between segments allowed, no forced continuity); the number of segments K is chosen by a robust
-BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho and the scale s of the most
-flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998). Every segment cost comes from
-prefix sums, so a series of m sizes costs O(K m^2).
+BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho of r = log(pred / t) and the
+scale s of the most flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998). A segment
+needs min_sizes trusted sizes, except a top segment of EDGE trusted sizes where the robust pass
+confirmed a cliff. Every segment cost comes from prefix sums, so a series of m sizes costs
+O(K m^2).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from commbench.fit.wls import median, solve
 # a segment needs min_sizes sizes whose mean robust weight is at least this, so that it cannot
 # be two trusted points and a down-weighted one fitted exactly
 TRUSTED = 0.5
+
+# sizes a confirmed cliff's top segment needs (past the last cache level it spans few sizes)
+EDGE = 2
 
 Lines = list[tuple[float, float]]  # (alpha, beta) of each segment, in the scaled units
 
@@ -60,10 +65,16 @@ def point_stats(prep: Prepared, w: np.ndarray) -> np.ndarray:
 
 
 def _cost_matrix(
-    prep: Prepared, w: np.ndarray, min_sizes: int, trusted: float = TRUSTED
+    prep: Prepared,
+    w: np.ndarray,
+    min_sizes: int,
+    trusted: float = TRUSTED,
+    edge_from: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """C[i, j] = weighted relative RSS of one line over sizes i..j-1 (inf where not allowed),
-    plus the line's (a, b) for each (i, j)."""
+    plus the line's (a, b) for each (i, j). With edge_from, a top segment of EDGE or more
+    trusted sizes (and no others) may start at or above that size: the robust pass found a cliff
+    there that its neighbours confirm (series.neighbour_checked)."""
     per_size = np.add.reduceat(point_stats(prep, w), prep.starts[:-1], axis=1)
     live = np.add.reduceat(w, prep.starts[:-1])[None, :] >= trusted * np.diff(prep.starts)
     cums = np.zeros((7, prep.m + 1))
@@ -73,6 +84,8 @@ def _cost_matrix(
     m = prep.m
     i, j = np.indices((m + 1, m + 1))
     ok = (j > i) & (diff[6] >= min_sizes - 0.5)
+    if edge_from is not None:
+        ok |= (j == m) & (i >= max(edge_from, 1)) & (j - i >= EDGE) & (diff[6] >= j - i - 0.5)
     return np.where(ok, rss, np.inf), a, b
 
 
@@ -97,13 +110,16 @@ class Partitions:
     b: np.ndarray
 
 
-def best_partitions(prep: Prepared, w: np.ndarray, opts: FitOptions) -> Partitions:
+def best_partitions(
+    prep: Prepared, w: np.ndarray, opts: FitOptions, edge_from: int | None = None
+) -> Partitions:
     """Least weighted RSS of every K = 1..kmax by dynamic programming over the sizes.
 
     When the robust weights leave fewer than min_sizes trusted sizes in the whole series, every
-    size counts (a short series with an outlier still gets its one line)."""
+    size counts (a short series with an outlier still gets its one line). edge_from: see
+    _cost_matrix."""
     m = prep.m
-    C, A, B = _cost_matrix(prep, w, opts.min_sizes)
+    C, A, B = _cost_matrix(prep, w, opts.min_sizes, edge_from=edge_from)
     if not np.isfinite(C[0, m]):
         C, A, B = _cost_matrix(prep, w, opts.min_sizes, trusted=0.0)
     kmax = max(1, min(opts.max_segments, m // opts.min_sizes))
@@ -136,7 +152,9 @@ def flexible_k(rss: list[float], n: int) -> int:
 
 def choose_k(prep: Prepared, parts: Partitions, opts: FitOptions) -> tuple[int, list[float]]:
     """K minimising a robust BIC over the DP's best partition of each K (Machado 1993):
-    2 sum rho(r / s) + penalty (3K - 1) log n, rho Huber's loss, r the relative residuals,
+    2 sum rho(r / s) + penalty (3K - 1) log n, rho Huber's loss, r = log(pred / t) (with
+    1 - pred / t a point under-predicted 10x cost at most 1 and one over-predicted 10x cost 9,
+    so a point down-weighted at a regime change decided K),
     s the robust scale of the most flexible partition that keeps half the points as degrees
     of freedom (dof-corrected 1.4826 MAD, floored at noise_floor), 3K - 1 parameters = 2 per
     line + K - 1 breakpoints. Timing noise is heavy-tailed: with a plain RSS a few slow
@@ -145,9 +163,9 @@ def choose_k(prep: Prepared, parts: Partitions, opts: FitOptions) -> tuple[int, 
     ks = [k for k, r in enumerate(rss, 1) if np.isfinite(r)]
     n = prep.t.size
     resid = {}
-    for k in ks:
+    for k in ks:  # symmetric residuals: k times too fast costs what k times too slow does
         bounds, lines = partition(prep, parts, k)
-        resid[k] = 1.0 - predict_points(prep, bounds, lines) / prep.t
+        resid[k] = np.log(np.maximum(predict_points(prep, bounds, lines), 1e-300) / prep.t)
     kflex = flexible_k(rss, n)
     dof = max(n - (3 * kflex - 1), 1)
     s = max(1.4826 * median(np.abs(resid[kflex])) * np.sqrt(n / dof), opts.noise_floor)

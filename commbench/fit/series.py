@@ -8,14 +8,18 @@ LL/LL128/Simple and Ring/Tree, MPI switches eager/rendezvous), so the fit is pie
   (closed form on the 2x2 normal equations, active set on the boundary);
 - breakpoints are found by exact segmentation (dynamic programming over contiguous runs of
   message sizes, jumps between segments allowed, no forced continuity), the number of segments
-  K chosen by a robust BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho and the
-  scale s of the most flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998); the
-  default penalty 2 keeps false segments on synthetic 1-10% noise to about 5%;
+  K chosen by a robust BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho of
+  r = log(pred / t) and the scale s of the most flexible partition (Yao 1988; Machado 1993;
+  Bai & Perron 1998); the default penalty 2 keeps false segments on synthetic 1-10% noise to
+  about 5%;
 - outliers are handled by iteratively reweighted least squares (Huber 1964, then Tukey's
   bisquare, Beaton & Tukey 1974; scale 1.4826 MAD): the weights come from the most flexible
   segmentation, so they do not depend on K, then the chosen segments are refitted with their
-  own bisquare weights; points whose final weight is 0 are counted as outliers;
-- diagnostics per segment: points, R^2 on log-time, median and max relative error,
+  own bisquare weights; points whose final weight is 0 are counted as outliers. A point is an
+  outlier only if its neighbours disagree (neighbour_checked): a run of sizes deviating the
+  same way keeps its weight, and at the top of the series two such sizes may form a segment;
+- diagnostics per segment: points, R^2 on log-time, median and max relative error (both over
+  every point, outliers included, so the median is never above the max),
   leave-one-size-out error (segmentation held fixed) and residual-bootstrap 95% intervals.
 
 The line fit and reweighting live in fit/wls.py, the segmentation and BIC in fit/segments.py;
@@ -31,6 +35,8 @@ from numpy.typing import ArrayLike
 
 from commbench.fit.options import FitOptions
 from commbench.fit.segments import (
+    EDGE,
+    TRUSTED,
     Lines,
     Prepared,
     best_partitions,
@@ -106,19 +112,23 @@ def fit_series(x: ArrayLike, t: ArrayLike, opts: FitOptions | None = None) -> Se
     prep, order = prepare(x, t)
     assert prep.m >= opts.min_sizes, "series too short: check before fitting"
     w = np.ones_like(prep.t)
+    edge: int | None = None
     if opts.robust:
         # robust weights from the most flexible segmentation, so that they do not depend on
         # the number of segments about to be chosen (an outlier cannot pass for structure)
         for kind in ("huber", "tukey"):
-            dp = best_partitions(prep, w, opts)
+            dp = best_partitions(prep, w, opts, edge)
             bounds, lines = partition(prep, dp, flexible_k(dp.rss, prep.t.size))
-            w = robust_weights(1.0 - predict_points(prep, bounds, lines) / prep.t, kind, opts)
-    dp = best_partitions(prep, w, opts)
+            r = 1.0 - predict_points(prep, bounds, lines) / prep.t
+            w, found = neighbour_checked(prep, r, robust_weights(r, kind, opts), opts.min_sizes)
+            edge = edge if found is None else found  # once fitted, the cliff looks normal
+    dp = best_partitions(prep, w, opts, edge)
     k, bics = choose_k(prep, dp, opts)
     bounds, lines = partition(prep, dp, k)
     if opts.robust:  # final weights and lines from the chosen segments (boundaries fixed)
         for _ in range(2):
-            w = robust_weights(1.0 - predict_points(prep, bounds, lines) / prep.t, "tukey", opts)
+            r = 1.0 - predict_points(prep, bounds, lines) / prep.t
+            w, _ = neighbour_checked(prep, r, robust_weights(r, "tukey", opts), opts.min_sizes)
             lines = _refit_lines(prep, bounds, lines, w)
     pred = predict_points(prep, bounds, lines)
     r = 1.0 - pred / prep.t
@@ -128,6 +138,40 @@ def fit_series(x: ArrayLike, t: ArrayLike, opts: FitOptions | None = None) -> Se
     inv = np.empty_like(order)
     inv[order] = np.arange(len(order))
     return SeriesFitResult(segments, w[inv], rel[inv], loso, bics)
+
+
+def neighbour_checked(
+    prep: Prepared, r: np.ndarray, w: np.ndarray, min_sizes: int
+) -> tuple[np.ndarray, int | None]:
+    """Robust weights w with structure given back: a point is an outlier only if its neighbours
+    disagree with it. A down-weighted size (mean weight below TRUSTED) is structure when it sits
+    in a run of adjacent sizes that deviate the same way, each by at least half as much, and the
+    run is long enough for a segment of its own (min_sizes, or EDGE sizes at the top of the
+    series): a bandwidth cliff at the largest sizes (last-level cache, protocol switch) is a
+    change of the curve, not bad points. Its points that deviate like the size does get full
+    weight back; a lone slow size, a two-size bump in the middle, or one slow repeat among its
+    size's points stays an outlier. Also returns the first size of a confirmed run at the top
+    too short for min_sizes (the segmentation may give it a segment of its own), else None."""
+    size_r = np.array([median(r[a:b]) for a, b in zip(prep.starts[:-1], prep.starts[1:])])
+    size_w = np.add.reduceat(w, prep.starts[:-1]) / np.diff(prep.starts)
+    out = w.copy()
+    edge_from: int | None = None
+    for i in map(int, np.flatnonzero(size_w < TRUSTED)):
+        sign, half = np.sign(size_r[i]), 0.5 * abs(size_r[i])
+        lo = hi = i
+        while lo > 0 and np.sign(size_r[lo - 1]) == sign and abs(size_r[lo - 1]) >= half:
+            lo -= 1
+        while hi + 1 < prep.m and np.sign(size_r[hi + 1]) == sign and abs(size_r[hi + 1]) >= half:
+            hi += 1
+        run = hi - lo + 1
+        at_top = run >= EDGE and hi == prep.m - 1
+        if run >= min_sizes or at_top:
+            a, b = prep.starts[i], prep.starts[i + 1]
+            same = np.sign(r[a:b]) == sign
+            out[a:b] = np.where(same, 1.0, w[a:b])
+            if at_top and run < min_sizes:
+                edge_from = lo if edge_from is None else min(edge_from, lo)
+    return out, edge_from
 
 
 def _refit_lines(prep: Prepared, bounds: list[int], lines: Lines, w: np.ndarray) -> Lines:
@@ -219,7 +263,7 @@ def _diagnostics(
                 outliers=int(np.count_nonzero(~seg_in)),
                 r2_log=r2,
                 median_rel_err=median(seg_rel),
-                max_rel_err=float(seg_rel[seg_in].max() if seg_in.any() else seg_rel.max()),
+                max_rel_err=float(seg_rel.max()),  # median and max over the same (all) points
                 loso_median_rel_err=median(errs) if errs.size else None,
                 loso_max_rel_err=float(errs.max()) if errs.size else None,
                 alpha_ci95=(float(ci[0][0, k]) * ts, float(ci[0][1, k]) * ts) if ci else None,

@@ -42,6 +42,7 @@ class Hints:
     dtype: str | None = None
     backend: str | None = None
     link_class: str | None = None
+    ranks_per_node: int | None = None  # the node shape, for logs that print no host lines
 
     def __post_init__(self) -> None:
         if self.op is not None:
@@ -53,6 +54,24 @@ class Hints:
             object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
         if self.link_class is not None and self.link_class not in LINK_CLASSES:
             raise UsageError(f"--link-class {self.link_class!r}: choose intra or inter")
+
+    def shape(
+        self, group_size: int, hosts_log: int | None, where: str, why_needed: str
+    ) -> tuple[str, int | None]:
+        """(link class, hosts one group spans): from the log's host lines where it has them,
+        else from --ranks-per-node (a group of p ranks placed contiguously spans ceil(p / N)
+        nodes), checked against --link-class; else --link-class alone (hosts unknown)."""
+        nodes = hosts_log
+        if self.ranks_per_node is not None:
+            derived = -(-group_size // self.ranks_per_node)
+            if hosts_log is not None and hosts_log != derived:
+                raise UsageError(
+                    f"{where}: the log's group spans {hosts_log} host(s) but --ranks-per-node "
+                    f"{self.ranks_per_node} makes {group_size} ranks span {derived}"
+                )
+            nodes = derived
+        link_log = None if nodes is None else ("inter" if nodes > 1 else "intra")
+        return self.resolve("link_class", link_log, where, why_needed), nodes
 
     def resolve(self, name: str, from_log, where: str, why_needed: str):
         """The log's value if it has one (a conflicting flag is an error), else the flag's."""

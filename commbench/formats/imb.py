@@ -111,7 +111,7 @@ def parse(path: Path, hints: Hints) -> Imported:
         p = hints.resolve(
             "group_size", blk.procs, where, "the block has no '# #processes = N' line"
         )
-        link = hints.resolve("link_class", None, where, "IMB logs do not say which hosts ran")
+        link, nodes = hints.shape(p, None, where, "IMB logs do not say which hosts ran")
         mpi_type = meta.get("reduction_datatype" if OPS[op].reduces else "datatype")
         if mpi_type in MPI_DTYPES:
             dtype = hints.resolve("dtype", MPI_DTYPES[mpi_type], where, "")
@@ -151,6 +151,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     group_size=p,
                     world_size=p + blk.waiting,
                     link_class=link,
+                    hosts_spanned=nodes,
                     backend=hints.backend or "mpi",
                     time_us=t,
                     timing="pipelined",

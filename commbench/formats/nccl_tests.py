@@ -230,10 +230,13 @@ def parse(path: Path, hints: Hints) -> Imported:
         p = hints.resolve(
             "group_size", p_log, where, "the log has no '#  Rank N Group G ... on HOST' lines"
         )
-        link_log = None
-        if by_group:
-            link_log = "inter" if any(len(set(v)) > 1 for v in by_group.values()) else "intra"
-        link = hints.resolve("link_class", link_log, where, "the log names no hosts")
+        spans = {len(set(v)) for v in by_group.values()}
+        link, nodes = hints.shape(
+            p,
+            max(spans) if spans else None,
+            where,
+            "the log names no hosts",
+        )
         # parse rows
         rows: list[dict[str, Any]] = []
         for n, tok in sec.rows:
@@ -325,7 +328,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                         wrong=wrong,
                         checked=sec.check and value is not None,
                         placement=placement,
-                        hosts_spanned=len(set(by_group.get(0, []))) or None,
+                        hosts_spanned=nodes,
                         count=count_cell(tok[col["count"]], f"{path}:{r['line']}", "count"),
                     )
                 )

@@ -125,8 +125,11 @@ def parse(path: Path, hints: Hints) -> Imported:
             where,
             f"OSU logs do not say how many processes ran osu_{op}",
         )
-        link = hints.resolve(
-            "link_class", None, where, "OSU logs do not say which hosts ran the test"
+        link, nodes = hints.shape(
+            p,
+            None,
+            where,
+            "OSU logs do not say which hosts ran the test",
         )
         if tab.dtype is not None:
             if tab.dtype not in MPI_DTYPES:
@@ -177,6 +180,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     group_size=p,
                     world_size=p,
                     link_class=link,
+                    hosts_spanned=nodes,
                     backend=hints.backend or "mpi",
                     time_us=t,
                     time_mean_us=t if lat is not None else None,

@@ -1,5 +1,6 @@
 """Provenance for meta.json: the commit, the environment settings that change what is measured,
-and the emulated topology a job runs on (set by `commbench emulate`)."""
+the emulated topology a job runs on (set by `commbench emulate`), and whether ranks outnumber
+the cores they share."""
 
 from __future__ import annotations
 

@@ -122,12 +122,17 @@ class Session:
                 diag.mark("open_world")
                 self._world = open_world(self.opts.backend, self.launch, self.opts.timeout_s)
                 diag.mark("world")
-                self.hosts = self.world.allgather_obj(self.launch.host)
+                # one gather at start-up: each rank's host, device and the cores it may use
                 me = {"host": self.launch.host, "local_rank": self.launch.local_rank}
-                self.devices = self.world.allgather_obj({**me, **self.world.device_identity()})
+                everyone = self.world.allgather_obj(
+                    ({**me, **self.world.device_identity()}, usable_cores())
+                )
+                self.devices = [d for d, _ in everyone]
+                self.hosts = [d["host"] for d in self.devices]
                 self.nodes = host_map(self.world.size, self.hosts, self.opts.ranks_per_node)
-                cores = self.world.allgather_obj(usable_cores())
-                self.oversubscribed = oversubscribed(self.hosts, cores)
+                # emulated nodes are namespaces of one machine: their ranks share its cores
+                machines = ["emulated nodes"] * len(self.hosts) if emulation() else self.hosts
+                self.oversubscribed = oversubscribed(machines, [c for _, c in everyone])
                 if (warning := oversubscription_warning(self.oversubscribed)) and self.is_root:
                     print(warning, file=sys.stderr, flush=True)
                 self._open_run_dir()
@@ -200,7 +205,7 @@ class Session:
             "devices": self.devices,
             "timeout_s": self.opts.timeout_s,
             "emulation": emulation(),
-            **({"oversubscribed": self.oversubscribed} if self.oversubscribed else {}),
+            "oversubscribed": self.oversubscribed,
         }
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
