@@ -115,8 +115,9 @@ class Communicator(ABC):
         """Send to `dest` while receiving from `source`; None skips that half (chain ends)."""
 
     @abstractmethod
-    def pingpong(self, buf: Any, peer: int, initiator: bool) -> Fn:
-        """One round trip with `peer`: the initiator sends then receives, the other echoes."""
+    def pingpong(self, send: Any, recv: Any, peer: int, initiator: bool) -> Fn:
+        """One round trip with `peer` from `send` into `recv` (two buffers, as osu_latency):
+        the initiator sends then receives, the other receives then answers."""
 
     @abstractmethod
     def isend(self, buf: Any, dest: int, tag: int) -> Any:

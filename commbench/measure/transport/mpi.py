@@ -199,20 +199,21 @@ class MPICommunicator(Communicator):
         call = partial(self.comm.Sendrecv, _spec(send), d, 0, _spec(recv), src, 0)
         return self._bound(call, "sendrecv", send, recv, send.size, dest=d, source=src)
 
-    def pingpong(self, buf: np.ndarray, peer: int, initiator: bool) -> Fn:
-        send, recv, b = self.comm.Send, self.comm.Recv, _spec(buf)
+    def pingpong(self, send: np.ndarray, recv: np.ndarray, peer: int, initiator: bool) -> Fn:
+        assert send.size == recv.size, (send.size, recv.size)
+        out, into, s, r = self.comm.Send, self.comm.Recv, _spec(send), _spec(recv)
         if initiator:
 
             def fn() -> None:
-                send(b, peer, 1)
-                recv(b, peer, 1)
+                out(s, peer, 1)
+                into(r, peer, 1)
         else:
 
             def fn() -> None:
-                recv(b, peer, 1)
-                send(b, peer, 1)
+                into(r, peer, 1)
+                out(s, peer, 1)
 
-        return self._bound(fn, "pingpong", None, buf, buf.size, dest=peer, initiator=initiator)
+        return self._bound(fn, "pingpong", send, recv, send.size, dest=peer, initiator=initiator)
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> MPI.Request:
         return self.comm.Isend(_spec(buf), dest, tag)

@@ -34,7 +34,7 @@ typedef struct {
     int root;   /* broadcast, reduce */
     int dest;   /* sendrecv (MPI_PROC_NULL allowed), pingpong peer */
     int source; /* sendrecv (MPI_PROC_NULL allowed) */
-    int initiator; /* pingpong: sends first */
+    int initiator; /* pingpong: sends first (from send, into recv: two buffers) */
     const int *scounts, *sdispls, *rcounts, *rdispls; /* alltoallv */
 } cb_op;
 
@@ -77,12 +77,12 @@ static inline int cb_run(const cb_op *op, MPI_Comm comm, MPI_Datatype dt) {
     case CB_PINGPONG: {
         int rc;
         if (op->initiator) {
-            rc = MPI_Send(op->recv, op->count, dt, op->dest, 1, comm);
+            rc = MPI_Send(op->send, op->count, dt, op->dest, 1, comm);
             return rc ? rc : MPI_Recv(op->recv, op->count, dt, op->dest, 1, comm,
                                       MPI_STATUS_IGNORE);
         }
         rc = MPI_Recv(op->recv, op->count, dt, op->dest, 1, comm, MPI_STATUS_IGNORE);
-        return rc ? rc : MPI_Send(op->recv, op->count, dt, op->dest, 1, comm);
+        return rc ? rc : MPI_Send(op->send, op->count, dt, op->dest, 1, comm);
     }
     default:
         return -1;

@@ -222,18 +222,18 @@ class TorchCommunicator(Communicator):
 
         return fn
 
-    def pingpong(self, buf: torch.Tensor, peer: int, initiator: bool) -> Fn:
+    def pingpong(self, send: torch.Tensor, recv: torch.Tensor, peer: int, initiator: bool) -> Fn:
         g, p = self.group, self._g(peer)
         if initiator:
 
             def fn() -> None:
-                dist.send(buf, p, group=g)
-                dist.recv(buf, p, group=g)
+                dist.send(send, p, group=g)
+                dist.recv(recv, p, group=g)
         else:
 
             def fn() -> None:
-                dist.recv(buf, p, group=g)
-                dist.send(buf, p, group=g)
+                dist.recv(recv, p, group=g)
+                dist.send(send, p, group=g)
 
         return fn
 
