@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-d",
         "--dtype",
         default="float32",
-        help="float32, float16, bfloat16, int32, float64 (default: %(default)s)",
+        help="float32, float16, bfloat16, int32, float64, int8 (default: %(default)s)",
     )
     p.add_argument(
         "-g",

@@ -28,7 +28,7 @@ MPI_DTYPES = {
     "mpi_long_long": "int64",
 }
 # element sizes of dtypes commbench does not run but logs carry
-EXTRA_DTYPE_SIZES = {"int8": 1, "uint8": 1, "uint32": 4, "int64": 8, "uint64": 8}
+EXTRA_DTYPE_SIZES = {"uint8": 1, "uint32": 4, "int64": 8, "uint64": 8}
 LINK_CLASSES = ("intra", "inter")
 
 

@@ -38,6 +38,7 @@ def _mpitype(buf: np.ndarray) -> Any:
         np.dtype(np.int32): MPI.INT32_T,
         np.dtype(np.float16): MPI.UINT16_T,
         np.dtype(np.uint16): MPI.UINT16_T,
+        np.dtype(np.int8): MPI.INT8_T,
     }[buf.dtype]
 
 

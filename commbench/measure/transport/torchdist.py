@@ -31,6 +31,7 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "int32": torch.int32,
     "float64": torch.float64,
+    "int8": torch.int8,
 }
 
 
