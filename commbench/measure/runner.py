@@ -17,7 +17,7 @@ import numpy as np
 from commbench.dtypes import dtype_size
 from commbench.measure import diag
 from commbench.measure.bind import BufferPool, bind
-from commbench.measure.transport.base import PER_ITERATION, TIMING_MODES, Communicator
+from commbench.measure.transport.base import PER_ITERATION, TIMING_MODES, Communicator, Fn
 from commbench.ops import bus_factor, record_bytes, step_buffer_bytes
 from commbench.results.records import Measurement
 from commbench.traffic.layout import GroupInfo
@@ -59,6 +59,19 @@ def summarize(times_s: np.ndarray) -> dict[str, float]:
         "time_min_us": float(np.min(us)),
         "time_p95_us": float(np.percentile(us, 95)),
     }
+
+
+PROBE_MAX = 15  # probe iterations of a small op; the median of them sizes the point
+
+
+def probe_seconds(comm: Communicator, fn: Fn, budget_s: float) -> float:
+    """One iteration's time on this rank, robust to a preemption: the median of up to
+    PROBE_MAX iterations, as many as fit in 5% of the budget after a first one (at least 3),
+    so one descheduled iteration cannot cut a point's count tenfold (a max of 2 did)."""
+    first = float(comm.time_loop(fn, 1, PER_ITERATION)[0])
+    more = int(np.clip(0.05 * budget_s / max(first, 1e-9), 2, PROBE_MAX - 1))
+    more = -comm.max_int(-more)  # the smallest over the group: every rank runs the same
+    return float(np.median(np.append(comm.time_loop(fn, more, PER_ITERATION), first)))
 
 
 class Runner:
@@ -110,8 +123,10 @@ class Runner:
     ) -> tuple[int, int]:
         """(warmup, iters): fixed if configured, else sized to the budget from a probe."""
         cfg = self.cfg
-        probe = float(np.max(comm.time_loop(bound.fn, 2, PER_ITERATION)))
-        probe = estimate_over.max_float(probe)
+        if cfg.iters is not None and cfg.warmup is not None:
+            estimate_over.max_float(0.0)  # the agreement every rank of the world joins
+            return cfg.warmup, cfg.iters  # fixed counts (OSU -i/-x): nothing probed
+        probe = estimate_over.max_float(probe_seconds(comm, bound.fn, cfg.budget_s))
         warmup = (
             cfg.warmup
             if cfg.warmup is not None
