@@ -11,12 +11,13 @@ the group's ranks) and written to results/<run-id>/records.jsonl by rank 0.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from commbench.commands import common
 from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.ops import SWEEP_OPS, op_spec
-from commbench.sizes import parse_size, parse_sizes, sweep
+from commbench.sizes import changed_sizes, parse_range, parse_size, parse_sizes, sweep
 from commbench.traffic.program import Step
 
 HELP = "sweep one collective over message sizes (nccl-tests / OSU style)"
@@ -36,6 +37,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("-i", "--stepbytes", default=None, help="add this many bytes each step instead")
     g.add_argument("--sizes", default=None, help="explicit comma-separated sizes (overrides -b/-e)")
+    g.add_argument(
+        "-m",
+        "--message-size",
+        default=None,
+        metavar="[MIN:]MAX",
+        help="OSU's size range, powers of 2 from MIN (default 1) to MAX (overrides -b/-e/-f)",
+    )
+    g.add_argument(
+        "--per-rank-size",
+        action="store_true",
+        help="sizes are what one rank sends, as OSU and IMB print them: S = p x size for "
+        "allgather, alltoall, gather, scatter and allgatherv (other ops: S = size)",
+    )
     p.add_argument(
         "-d",
         "--dtype",
@@ -65,8 +79,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     common.add_session_args(p)
 
 
-def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
-    """Validate the sweep against the world size; the Steps to run and the group size."""
+@dataclass(frozen=True)
+class Sweep:
+    """The Steps to run on groups of p, the sizes asked for that each S stands for, and the
+    line saying which sizes had to change (rounded to whole elements and p chunks, or merged
+    with another size), said once per run and recorded per point."""
+
+    steps: list[Step]
+    p: int
+    asked: dict[int, list[int]]
+    changed: str
+
+
+def requested_sizes(args: argparse.Namespace) -> list[int]:
+    """The sizes on the command line: --sizes, else -m (OSU), else -b/-e with -f or -i."""
+    if args.sizes:
+        return parse_sizes(args.sizes)
+    if args.message_size:
+        return sweep(*parse_range(args.message_size), 2.0)
+    step = parse_size(args.stepbytes, "-i/--stepbytes") if args.stepbytes else 0
+    return sweep(
+        parse_size(args.minbytes, "-b/--minbytes"),
+        parse_size(args.maxbytes, "-e/--maxbytes"),
+        args.stepfactor,
+        step,
+    )
+
+
+def build_steps(args: argparse.Namespace, world: int) -> Sweep:
+    """Validate the sweep against the world size: the Steps, the group size, changed sizes."""
     spec = op_spec(args.op)
     if spec.built_by:
         raise UsageError(
@@ -74,16 +115,7 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
             f"use `commbench suite {spec.built_by}`"
         )
     dtype = canonical_dtype(args.dtype)
-    if args.sizes:
-        sizes = parse_sizes(args.sizes)
-    else:
-        step = parse_size(args.stepbytes, "-i/--stepbytes") if args.stepbytes else 0
-        sizes = sweep(
-            parse_size(args.minbytes, "-b/--minbytes"),
-            parse_size(args.maxbytes, "-e/--maxbytes"),
-            args.stepfactor,
-            step,
-        )
+    sizes = requested_sizes(args)
     p = args.group_size or (spec.max_group or world)
     if world % p:
         raise UsageError(f"group size {p} does not divide the world size {world}")
@@ -94,8 +126,11 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
             f"(world {world}, --group-size {args.group_size})"
         )
     steps: dict[int, Step] = {}
-    for s in sizes:
-        nbytes = spec.round_bytes(s, p, dtype)
+    asked: dict[int, list[int]] = {}
+    scale = p if args.per_rank_size and spec.per_rank else 1
+    for size in sizes:
+        nbytes = spec.round_bytes(size * scale, p, dtype)
+        asked.setdefault(nbytes, []).append(size * scale)
         fields = spec.sweep_fields(nbytes, p, args.peer)  # op-specific: a split, a --peer check
         steps.setdefault(
             nbytes,
@@ -109,7 +144,12 @@ def build_steps(args: argparse.Namespace, world: int) -> tuple[list[Step], int]:
                 **fields,
             ),
         )
-    return list(steps.values()), p
+    unit = f"S = {p} x the per-rank size" if scale > 1 else "S"
+    why = f"{spec.name} moves whole {dtype} elements"
+    if spec.chunks:
+        why += f" in {p} equal chunks"
+    changed = changed_sizes(asked, f"{unit}; {why}")
+    return Sweep(list(steps.values()), p, asked, changed)
 
 
 def columns():
@@ -138,7 +178,8 @@ def main(args: argparse.Namespace) -> int:
     from commbench.tables import Table
 
     launch = common.launch_info()
-    steps, p = build_steps(args, launch.size)
+    plan = build_steps(args, launch.size)
+    steps, p = plan.steps, plan.p
     opts = common.session_options(args, "run", launch)
     why = supports(opts.backend, steps[0].op, steps[0].dtype)
     if why:
@@ -156,6 +197,8 @@ def main(args: argparse.Namespace) -> int:
             f"{'isolated' if timing.isolated else 'concurrent'}), timing {timing.timing}, "
             "time = median over iterations of the max over ranks"
         )
+        if plan.changed:
+            s.say(f"# {plan.changed}")
         table = Table(columns())
         busbw, bad = [], 0
         redop = "sum" if op_spec(steps[0].op).reduces else "-"
@@ -164,7 +207,13 @@ def main(args: argparse.Namespace) -> int:
             if m is None:
                 continue
             assert s.writer is not None  # records come back on rank 0, which writes them
-            rec = SweepRecord(**fields_of(m), backend=opts.backend, label=st.label)
+            asked = plan.asked[st.nbytes]
+            rec = SweepRecord(
+                **fields_of(m),
+                backend=opts.backend,
+                label=st.label,
+                requested_bytes=None if asked == [st.nbytes] else asked,
+            )
             s.writer.write(rec.to_json())
             busbw.append(rec.busbw_GBps)
             bad += rec.wrong > 0

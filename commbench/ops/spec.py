@@ -139,6 +139,7 @@ class OpSpec:
     aliases: tuple[str, ...] = ()
     reduces: bool = False  # needs an arithmetic reduction (no fp16/bf16 on plain MPI)
     chunks: bool = False  # S splits evenly into p pieces
+    per_rank: bool = False  # OSU and IMB size it per rank: S = p x their size (--per-rank-size)
     rooted: bool = False  # has a root (group position 0); nccl-tests prints it
     min_group: int = 1
     max_group: int | None = None

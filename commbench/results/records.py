@@ -182,9 +182,14 @@ class Measurement(JsonRecord):
 class SweepRecord(Measurement):
     """A point of `commbench run`: one size of one op."""
 
+    OMIT_NONE = ("requested_bytes",)
+
     kind: Literal["collective"] = "collective"
     backend: str
     label: str
+    # the sizes asked for that this S stands for, when any differs from it (rounded to whole
+    # elements or p chunks, merged, or scaled by --per-rank-size); absent when S is as asked
+    requested_bytes: list[int] | None = None
 
 
 @dataclass(kw_only=True)
