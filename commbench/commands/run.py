@@ -184,6 +184,7 @@ def main(args: argparse.Namespace) -> int:
     why = supports(opts.backend, steps[0].op, steps[0].dtype)
     if why:
         raise UsageError(why)
+    common.check_buffer_flags(args, opts.backend)
     timing = common.timing_config(args)
     from commbench.traffic.layout import sweep_mesh
 
@@ -195,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
             f"# commbench {steps[0].op}: backend {opts.backend}, world {s.world.size}, "
             f"{len(info.groups)} group(s) of {p} ({args.placement}, {info.link_class}, "
             f"{'isolated' if timing.isolated else 'concurrent'}), timing {timing.timing}, "
-            "time = median over iterations of the max over ranks"
+            f"buffers {s.runner.buffers}, time = median over iterations of the max over ranks"
         )
         if plan.changed:
             s.say(f"# {plan.changed}")

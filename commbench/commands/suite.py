@@ -122,6 +122,7 @@ def max_bytes_for(point, cli_max: int | None) -> int:
 def timing_for(args: argparse.Namespace, run):
     """Timing of a run: command-line flags over the suite file's defaults."""
     from commbench.measure.runner import TimingConfig
+    from commbench.measure.transport.base import HUGEPAGE
 
     t = run.timing
     return TimingConfig(
@@ -133,6 +134,8 @@ def timing_for(args: argparse.Namespace, run):
         timing=args.timing,
         check=args.check,
         isolated=args.isolated,
+        buffers=args.buffers or HUGEPAGE,
+        off_cache=args.off_cache,
     )
 
 
@@ -256,6 +259,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     suite, points, cli_max = load(args, world)
     opts = common.session_options(args, "suite", launch)
+    common.check_buffer_flags(args, opts.backend)
     runs = list(dict.fromkeys(pt.run for pt in points))
     timings = {id(r): timing_for(args, r) for r in runs}
     return measure(args, suite, points, cli_max, opts, launch, timings)

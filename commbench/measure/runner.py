@@ -11,15 +11,26 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from commbench.dtypes import dtype_size
 from commbench.measure import diag
 from commbench.measure.bind import BufferPool, bind
-from commbench.measure.transport.base import PER_ITERATION, TIMING_MODES, Communicator, Fn
+from commbench.measure.transport.base import (
+    HUGEPAGE,
+    OFF_CACHE,
+    PER_ITERATION,
+    PLAIN,
+    TIMING_MODES,
+    TORCH,
+    Communicator,
+    Fn,
+)
 from commbench.ops import bus_factor, record_bytes, step_buffer_bytes
 from commbench.results.records import Measurement
+from commbench.sizes import parse_size
 from commbench.traffic.layout import GroupInfo
 from commbench.traffic.program import Step
 
@@ -43,9 +54,12 @@ class TimingConfig:
     timing: str = PER_ITERATION
     check: bool = True
     isolated: bool = False
+    buffers: str = HUGEPAGE  # host pages of the pool (mpi: hugepage | plain; torch: torch)
+    off_cache: bool = False  # flush the caches before each timed iteration (IMB -off_cache)
 
     def __post_init__(self) -> None:
         assert self.timing in TIMING_MODES, self.timing
+        assert not (self.off_cache and self.timing != PER_ITERATION), "off-cache is per-iteration"
         assert self.iters is None or self.iters >= 1
         assert self.warmup is None or self.warmup >= 0
 
@@ -59,6 +73,15 @@ def summarize(times_s: np.ndarray) -> dict[str, float]:
         "time_min_us": float(np.min(us)),
         "time_p95_us": float(np.percentile(us, 95)),
     }
+
+
+def largest_cache_bytes(default: int = 32 << 20) -> int:
+    """The largest CPU cache of cpu0 (Linux sysfs), else `default`: what off-cache evicts."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            sizes.append(parse_size(f.read_text().strip()))
+    return max(sizes, default=default)
 
 
 PROBE_MAX = 15  # probe iterations of a small op; the median of them sizes the point
@@ -87,7 +110,9 @@ class Runner:
     ) -> None:
         self.world = world
         self.cfg = cfg
-        self.pool = BufferPool(world)
+        self.pool = BufferPool(world, cfg.buffers)
+        # off-cache scratch: twice the largest cache, touched before each timed iteration
+        self.scratch = world.alloc(2 * largest_cache_bytes(), PLAIN) if cfg.off_cache else None
         self._subs: dict[tuple, Communicator | None] = {}
         self._guard = guard or (lambda label: contextlib.nullcontext())
         self._stop_requested = stop_requested or (lambda: False)
@@ -104,8 +129,17 @@ class Runner:
         """This rank's communicator for the groups of `info` (split once, collective)."""
         key = info.groups
         if key not in self._subs:
-            self._subs[key] = self.world.split(info.groups)
+            sub = self.world.split(info.groups)
+            if sub is not None and self.scratch is not None:
+                sub.flush = self.scratch
+            self._subs[key] = sub
         return self._subs[key]
+
+    @property
+    def buffers(self) -> str:
+        """What records say about the buffers: the pages, and whether caches were flushed."""
+        pages = self.cfg.buffers if self.world.allocates_pages else TORCH
+        return f"{pages}+{OFF_CACHE}" if self.cfg.off_cache else pages
 
     def close(self) -> None:
         for sub in self._subs.values():
@@ -227,6 +261,7 @@ class Runner:
             timing=self.cfg.timing,
             loop=loops.pop() if len(loops) == 1 else "mixed",
             isolated=self.cfg.isolated,
+            buffers=self.buffers,
             per_group_us=[
                 round(float(np.median(group_series[g])) * 1e6, 3) for g in sorted(group_series)
             ],

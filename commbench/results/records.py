@@ -175,6 +175,7 @@ class Measurement(JsonRecord):
     timing: str  # per-iteration | pipelined
     loop: str  # which loop timed it (or "mixed")
     isolated: bool  # one group at a time instead of all at once
+    buffers: str  # host pages (hugepage | plain | torch), "+off-cache" when caches were flushed
     per_group_us: list[float]  # median time of each group
 
 
@@ -359,6 +360,7 @@ class ImportedRecord(JsonRecord):
     checked: bool
     timing: str
     isolated: bool | None = None
+    buffers: str = "tool"  # the tool's own (nccl-tests: device memory; OSU, IMB: malloc'd pages)
     placement: str  # out-of-place | in-place
     backend: str
     label: str

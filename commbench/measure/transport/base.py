@@ -20,6 +20,20 @@ PER_ITERATION = "per-iteration"
 PIPELINED = "pipelined"
 TIMING_MODES = (PER_ITERATION, PIPELINED)
 
+# Host buffer pages (--buffers): 2 MiB-aligned with transparent huge pages advised, or the 4 KiB
+# pages OSU, IMB and most applications get (THP in `madvise` mode); torch backends use torch's
+# allocator (recorded as "torch").
+HUGEPAGE = "hugepage"
+PLAIN = "plain"
+TORCH = "torch"
+OFF_CACHE = "off-cache"  # suffix of a record's `buffers`: caches flushed before each iteration
+
+
+def touch_lines(scratch: np.ndarray) -> None:
+    """Read and write one byte per 64-byte line of `scratch`, evicting what the caches held
+    (IMB's -off_cache keeps the op's buffers out of cache; this flushes them instead)."""
+    scratch[::64] += 1
+
 
 class Communicator(ABC):
     """A group of ranks on one backend; the only place that touches a communication library."""
@@ -28,6 +42,8 @@ class Communicator(ABC):
     rank: int  # position in this group
     size: int
     ranks: tuple[int, ...]  # world rank of each position
+    flush: np.ndarray | None = None  # off-cache: scratch touched before each timed iteration
+    allocates_pages = False  # alloc honours `pages` (mpi); else the library's allocator
 
     # ---- groups and control -------------------------------------------------------------
     @abstractmethod
@@ -64,8 +80,9 @@ class Communicator(ABC):
 
     # ---- buffers --------------------------------------------------------------------------
     @abstractmethod
-    def alloc(self, nbytes: int) -> Any:
-        """A raw byte buffer of the backend's kind (host or device)."""
+    def alloc(self, nbytes: int, pages: str = HUGEPAGE) -> Any:
+        """A raw byte buffer of the backend's kind (host or device); `pages` says which host
+        pages where the backend allocates them itself (mpi)."""
 
     @abstractmethod
     def view(self, raw: Any, nbytes: int, dtype: str, offset: int = 0) -> Any:
@@ -152,7 +169,7 @@ class Communicator(ABC):
 
         `pipelined` times `iters` back-to-back calls after one barrier and divides (nccl-tests).
         """
-        barrier, sync, clock = self.barrier, self.sync, time.perf_counter
+        barrier, sync, clock, flush = self.barrier, self.sync, time.perf_counter, self.flush
         out = np.empty(iters)
         if mode == PIPELINED:
             barrier()
@@ -163,6 +180,8 @@ class Communicator(ABC):
             out.fill((clock() - t0) / iters)
             return out
         for i in range(iters):
+            if flush is not None:
+                touch_lines(flush)
             barrier()
             t0 = clock()
             fn()

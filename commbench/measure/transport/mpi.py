@@ -25,7 +25,15 @@ mpi4py.rc.thread_level = "serialized"
 from mpi4py import MPI  # noqa: E402
 
 from commbench.measure.transport import native  # noqa: E402
-from commbench.measure.transport.base import PER_ITERATION, PIPELINED, Communicator, Fn  # noqa: E402
+from commbench.measure.transport.base import (  # noqa: E402
+    HUGEPAGE,
+    PER_ITERATION,
+    PIPELINED,
+    PLAIN,
+    Communicator,
+    Fn,
+    touch_lines,
+)
 from commbench.ops.checkdata import storage_dtype  # noqa: E402
 
 HUGE_PAGE = 2 << 20
@@ -54,6 +62,7 @@ class MPICommunicator(Communicator):
     """A group over an mpi4py intracommunicator."""
 
     backend = "mpi"
+    allocates_pages = True
 
     def __init__(
         self,
@@ -122,14 +131,18 @@ class MPICommunicator(Communicator):
         return float(buf[0])
 
     # ---- buffers ----
-    def alloc(self, nbytes: int) -> np.ndarray:
-        """Zeroed host bytes on a 2 MiB boundary, transparent huge pages requested: here a
-        4 MiB shared-memory sendrecv takes ~90 us on such pages and 200-400 us on 4 KiB ones
-        (numpy's own THP advice covers only the aligned interior). bench/floor.c does the same.
-        The checked call and the warmup touch the pages before anything is timed."""
+    def alloc(self, nbytes: int, pages: str = HUGEPAGE) -> np.ndarray:
+        """Zeroed host bytes on a 2 MiB boundary. `hugepage` (the default) requests transparent
+        huge pages: here a 4 MiB shared-memory sendrecv takes ~90 us on such pages and 200-400
+        us on 4 KiB ones (numpy's own THP advice covers only the aligned interior; bench/floor.c
+        does the same). `plain` asks for 4 KiB pages (MADV_NOHUGEPAGE), what OSU's and IMB's
+        page-aligned malloc gets when THP is `madvise`. The checked call and the warmup touch
+        the pages before anything is timed."""
+        assert pages in (HUGEPAGE, PLAIN), pages
         mm = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            mm.madvise(mmap.MADV_HUGEPAGE)
+        advice = "MADV_HUGEPAGE" if pages == HUGEPAGE else "MADV_NOHUGEPAGE"
+        if hasattr(mmap, advice):
+            mm.madvise(getattr(mmap, advice))
         raw = np.frombuffer(mm, dtype=np.uint8)
         start = -raw.ctypes.data % HUGE_PAGE
         return raw[start : start + nbytes]
@@ -230,7 +243,10 @@ class MPICommunicator(Communicator):
         return "native" if getattr(fn, "native", None) is not None else "python"
 
     def timing_info(self) -> dict:
-        return {**self._availability.as_meta(), "host_buffers": "2 MiB aligned, THP advised"}
+        return {
+            **self._availability.as_meta(),
+            "host_buffers": "2 MiB aligned; hugepage: THP advised, plain: THP refused",
+        }
 
     def time_loop(self, fn: Fn, iters: int, mode: str = PER_ITERATION) -> np.ndarray:
         """Seconds per call: in C when `fn` carries a native descriptor, else in Python with
@@ -238,9 +254,9 @@ class MPICommunicator(Communicator):
         desc = getattr(fn, "native", None)
         if desc is not None:
             assert self._loop is not None  # descriptors are made by this loop
-            return self._loop.time(desc, iters, mode == PIPELINED)
+            return self._loop.time(desc, iters, mode == PIPELINED, self.flush)
         call = getattr(fn, "call", fn)
-        barrier, clock = self.comm.Barrier, time.perf_counter
+        barrier, clock, flush = self.comm.Barrier, time.perf_counter, self.flush
         out = np.empty(iters)
         if mode == PIPELINED:
             barrier()
@@ -250,6 +266,8 @@ class MPICommunicator(Communicator):
             out.fill((clock() - t0) / iters)
             return out
         for i in range(iters):
+            if flush is not None:
+                touch_lines(flush)
             barrier()
             t0 = clock()
             call()

@@ -32,7 +32,7 @@ from mpi4py import MPI
 from commbench.measure.transport.base import Fn
 
 SOURCE = Path(__file__).with_name("native_loop.c")
-ABI = 1  # CB_ABI in native_loop.c
+ABI = 2  # CB_ABI in native_loop.c
 ENV_SWITCH = "COMMBENCH_NATIVE"
 ENV_MPICC = "COMMBENCH_MPICC"
 ENV_CACHE = "COMMBENCH_CACHE_DIR"
@@ -93,16 +93,27 @@ class NativeLoop:
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._time = lib.cb_time_loop
-        self._time.argtypes = [ctypes.POINTER(OpDesc), ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        self._time.argtypes = [
+            ctypes.POINTER(OpDesc),
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+        ]
         self._time.restype = ctypes.c_int
         self._call = lib.cb_call
         self._call.argtypes = [ctypes.POINTER(OpDesc)]
         self._call.restype = ctypes.c_int
 
-    def time(self, desc: OpDesc, iters: int, pipelined: bool) -> np.ndarray:
-        """Seconds per call on this rank (see cb_time_loop); the GIL is released meanwhile."""
+    def time(
+        self, desc: OpDesc, iters: int, pipelined: bool, flush: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Seconds per call on this rank (see cb_time_loop); the GIL is released meanwhile.
+        `flush`: scratch whose lines are touched before each iteration (off-cache)."""
         out = np.empty(iters)
-        _raise(self._time(ctypes.byref(desc), iters, int(pipelined), out.ctypes.data))
+        at, n = (flush.ctypes.data, flush.size) if flush is not None else (None, 0)
+        _raise(self._time(ctypes.byref(desc), iters, int(pipelined), out.ctypes.data, at, n))
         return out
 
     def call(self, desc: OpDesc) -> None:

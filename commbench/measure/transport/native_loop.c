@@ -7,9 +7,10 @@
  * The clock is CLOCK_MONOTONIC, the clock of Python's time.perf_counter on Linux.
  */
 #include <mpi.h>
+#include <stddef.h>
 #include <time.h>
 
-#define CB_ABI 1
+#define CB_ABI 2
 
 enum {
     CB_ALLREDUCE = 1,
@@ -89,10 +90,17 @@ static inline int cb_run(const cb_op *op, MPI_Comm comm, MPI_Datatype dt) {
     }
 }
 
-/* Seconds per call into out[0..iters): per iteration barrier, clock, op, clock; pipelined:
- * one barrier, iters calls back to back, the mean in every slot. Returns an MPI error code
- * (0 on success, -1 for an unknown kind). */
-int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out) {
+/* Off-cache (IMB -off_cache in spirit): read and write one byte per 64-byte line of a scratch
+ * larger than the caches, evicting the op's buffers before an iteration. */
+static void cb_flush(volatile unsigned char *scratch, size_t n) {
+    for (size_t j = 0; j < n; j += 64) scratch[j]++;
+}
+
+/* Seconds per call into out[0..iters): per iteration [flush,] barrier, clock, op, clock;
+ * pipelined: one barrier, iters calls back to back, the mean in every slot. Returns an MPI
+ * error code (0 on success, -1 for an unknown kind). */
+int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out, unsigned char *flush,
+                 size_t flush_bytes) {
     MPI_Comm comm = *(const MPI_Comm *)op->comm;
     MPI_Datatype dt = *(const MPI_Datatype *)op->dtype;
     int rc;
@@ -106,6 +114,7 @@ int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out) {
         return 0;
     }
     for (int i = 0; i < iters; i++) {
+        if (flush) cb_flush(flush, flush_bytes);
         if ((rc = MPI_Barrier(comm))) return rc;
         double t0 = cb_now();
         rc = cb_run(op, comm, dt);

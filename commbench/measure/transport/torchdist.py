@@ -138,7 +138,7 @@ class TorchCommunicator(Communicator):
         return box[0]
 
     # ---- buffers ----
-    def alloc(self, nbytes: int) -> torch.Tensor:
+    def alloc(self, nbytes: int, pages: str = "torch") -> torch.Tensor:
         return torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
 
     def view(self, raw: torch.Tensor, nbytes: int, dtype: str, offset: int = 0) -> torch.Tensor:
