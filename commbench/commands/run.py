@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass
 
 from commbench.commands import common
-from commbench.dtypes import canonical_dtype
+from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.ops import SWEEP_OPS, op_spec
 from commbench.sizes import changed_sizes, parse_range, parse_size, parse_sizes, sweep
@@ -75,6 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="sendrecv: send to position+peer, receive from position-peer",
     )
+    p.add_argument(
+        "--columns",
+        choices=("nccl-tests", "osu"),
+        default="nccl-tests",
+        help="console table: nccl-tests' columns, or OSU's with -f (size, avg/min/max over "
+        "ranks of each rank's mean, iterations, MB/s) (default: %(default)s)",
+    )
     common.add_timing_args(p)
     common.add_session_args(p)
 
@@ -125,6 +132,11 @@ def build_steps(args: argparse.Namespace, world: int) -> Sweep:
             f"{spec.name} needs a group of {need} ranks; this one has {p} "
             f"(world {world}, --group-size {args.group_size})"
         )
+    if not spec.sized:  # barrier: one point whatever the sizes
+        one = Step(
+            op=spec.name, nbytes=dtype_size(dtype), axis="group", dtype=dtype, label=spec.name
+        )
+        return Sweep([one], p, {one.nbytes: [one.nbytes]}, f"{spec.name} moves no data: one point")
     steps: dict[int, Step] = {}
     asked: dict[int, list[int]] = {}
     scale = p if args.per_rank_size and spec.per_rank else 1
@@ -152,7 +164,46 @@ def build_steps(args: argparse.Namespace, world: int) -> Sweep:
     return Sweep(list(steps.values()), p, asked, changed)
 
 
-def columns():
+def columns(style: str, overlap: bool) -> list:
+    """nccl-tests' columns, or OSU's with -f (Avg/Min/Max over ranks of each rank's mean);
+    a non-blocking op adds osu_iallreduce's overall, compute and overlap."""
+    from commbench.tables import Column
+
+    cols = [
+        Column("Size", "(B)", 10),
+        Column("Avg Latency", "(us)", 12, ".2f"),
+        Column("Min Latency", "(us)", 12, ".2f"),
+        Column("Max Latency", "(us)", 12, ".2f"),
+        Column("Iterations", "", 10),
+        Column("Bandwidth", "(MB/s)", 12, ".2f"),
+        Column("#wrong", "", 6),
+    ]
+    if style == "nccl-tests":
+        cols = nccl_tests_columns()
+    if overlap:
+        cols += [
+            Column("Overall", "(us)", 10, ".2f"),
+            Column("Compute", "(us)", 10, ".2f"),
+            Column("Overlap", "(%)", 8, ".1f"),
+        ]
+    return cols
+
+
+def cells(style: str, rec, redop: str, link: str, check: bool) -> list:
+    """One table row of a record, in the columns of `columns(style, ...)`."""
+    wrong = rec.wrong if check else "N/A"
+    if style == "osu":
+        row = [rec.bytes, rec.rank_avg_us, rec.rank_min_us, rec.rank_max_us, rec.iters]
+        row += [rec.algbw_GBps * 1e3, wrong]
+    else:
+        row = [rec.bytes, rec.count, rec.dtype, redop, rec.group_size, link, rec.time_us]
+        row += [rec.time_p95_us, rec.algbw_GBps, rec.busbw_GBps, wrong, rec.iters]
+    if rec.overlap_pct is not None:
+        row += [rec.overall_us, rec.compute_us, rec.overlap_pct]
+    return row
+
+
+def nccl_tests_columns() -> list:
     from commbench.tables import Column
 
     return [
@@ -200,7 +251,7 @@ def main(args: argparse.Namespace) -> int:
         )
         if plan.changed:
             s.say(f"# {plan.changed}")
-        table = Table(columns())
+        table = Table(columns(args.columns, op_spec(steps[0].op).overlaps))
         busbw, bad = [], 0
         redop = "sum" if op_spec(steps[0].op).reduces else "-"
         for st in steps:
@@ -218,20 +269,7 @@ def main(args: argparse.Namespace) -> int:
             s.writer.write(rec.to_json())
             busbw.append(rec.busbw_GBps)
             bad += rec.wrong > 0
-            table.row(
-                rec.bytes,
-                rec.count,
-                st.dtype,
-                redop,
-                p,
-                info.link_class,
-                rec.time_us,
-                rec.time_p95_us,
-                rec.algbw_GBps,
-                rec.busbw_GBps,
-                rec.wrong if timing.check else "N/A",
-                rec.iters,
-            )
+            table.row(*cells(args.columns, rec, redop, info.link_class, timing.check))
         if s.is_root:
             assert s.writer is not None
             checked = "checked" if timing.check else "not checked (--no-check)"

@@ -55,6 +55,10 @@ class Bound:
     def time_scale(self) -> float:
         return self.binding.time_scale
 
+    def checked(self) -> None:
+        """The call the check brackets: the timed one, unless the op checks another way."""
+        (self.binding.checked_fn or self.binding.fn)()
+
     def prepare(self) -> None:
         """Write inputs (and poison receive buffers) before the checked call."""
         for view, values in self.binding.inputs:

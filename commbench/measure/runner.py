@@ -17,7 +17,7 @@ import numpy as np
 
 from commbench.dtypes import dtype_size
 from commbench.measure import diag
-from commbench.measure.bind import BufferPool, bind
+from commbench.measure.bind import Bound, BufferPool, bind
 from commbench.measure.transport.base import (
     HUGEPAGE,
     OFF_CACHE,
@@ -29,6 +29,7 @@ from commbench.measure.transport.base import (
     Fn,
 )
 from commbench.ops import bus_factor, record_bytes, step_buffer_bytes
+from commbench.ops.spec import overlap_pct
 from commbench.results.records import Measurement
 from commbench.sizes import parse_size
 from commbench.traffic.layout import GroupInfo
@@ -175,12 +176,12 @@ class Runner:
 
     def _run_group(self, comm: Communicator, step: Step, agree: Communicator) -> tuple:
         """Check, warm up and time `step` on this rank's group:
-        (times_s, wrong, warmup, iters, loop)."""
+        (times_s, wrong, warmup, iters, loop, overlapped)."""
         bound = bind(comm, step, self.pool)
         wrong = 0
         if self.cfg.check:
             bound.prepare()
-            bound.fn()
+            bound.checked()
             comm.sync()
             wrong = bound.verify()
             bound.reset()
@@ -188,7 +189,21 @@ class Runner:
         if warmup:
             comm.time_loop(bound.fn, warmup, PER_ITERATION)
         times = comm.time_loop(bound.fn, iters, self.cfg.timing) * bound.time_scale
-        return times, wrong, warmup, iters, comm.loop_kind(bound.fn, self.cfg.timing)
+        overlapped = None
+        if bound.binding.compute is not None:
+            overlapped = self._overlapped(comm, bound, times, iters)
+        return times, wrong, warmup, iters, comm.loop_kind(bound.fn, self.cfg.timing), overlapped
+
+    def _overlapped(
+        self, comm: Communicator, bound: Bound, pure: np.ndarray, iters: int
+    ) -> tuple[np.ndarray, float]:
+        """A non-blocking op timed again with its compute stand-in set to the op's own time
+        (the group's slowest median), as osu_iallreduce: (times, compute seconds)."""
+        cell = bound.binding.compute
+        cell[0] = comm.max_float(float(np.median(pure)))
+        times = comm.time_loop(bound.fn, iters, self.cfg.timing) * bound.time_scale
+        compute, cell[0] = float(cell[0]), 0.0
+        return times, compute
 
     def measure(self, step: Step, info: GroupInfo) -> Measurement | None:
         """Collective on the world: time `step` on every group of `info` (all at once, or one
@@ -221,12 +236,18 @@ class Runner:
     def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> Measurement:
         """Max over each group's ranks per iteration, then over groups; stats and bandwidth."""
         per_group: dict[int, list[np.ndarray]] = {}
-        wrong, warmup, iters, loops = 0, 0, 0, set()
+        overall: list[np.ndarray] = []
+        rank_means: list[float] = []  # each rank's mean over iterations (OSU -f, IMB t_avg)
+        wrong, warmup, iters, loops, compute = 0, 0, 0, set(), 0.0
         for gi, res in gathered:
             if res is None:
                 continue
-            times, w, warmup_r, iters_r, loop = res
+            times, w, warmup_r, iters_r, loop, overlapped = res
             per_group.setdefault(gi, []).append(times)
+            rank_means.append(float(np.mean(times)) * 1e6)
+            if overlapped is not None:
+                overall.append(overlapped[0])
+                compute = max(compute, overlapped[1])
             loops.add(loop)
             wrong += w
             warmup, iters = max(warmup, warmup_r), max(iters, iters_r)
@@ -240,6 +261,7 @@ class Runner:
         stats = summarize(series)
         nbytes = record_bytes(step)
         t = stats["time_us"] * 1e-6
+        with_compute = float(np.median(np.max(np.vstack(overall), axis=0))) if overall else None
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
         return Measurement(
             op=step.op,
@@ -265,4 +287,10 @@ class Runner:
             per_group_us=[
                 round(float(np.median(group_series[g])) * 1e6, 3) for g in sorted(group_series)
             ],
+            rank_min_us=min(rank_means),
+            rank_avg_us=float(np.mean(rank_means)),
+            rank_max_us=max(rank_means),
+            overall_us=None if with_compute is None else with_compute * 1e6,
+            compute_us=None if with_compute is None else compute * 1e6,
+            overlap_pct=None if with_compute is None else overlap_pct(with_compute, compute, t),
         )

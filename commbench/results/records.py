@@ -151,6 +151,8 @@ class Measurement(JsonRecord):
     """One op timed on every group of one axis, as the runner reduces it: the fields every
     measured record (sweep or suite step) starts with."""
 
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("overall_us", "compute_us", "overlap_pct")
+
     op: str
     dtype: str
     bytes: int  # S, nccl-tests convention
@@ -177,13 +179,22 @@ class Measurement(JsonRecord):
     isolated: bool  # one group at a time instead of all at once
     buffers: str  # host pages (hugepage | plain | torch), "+off-cache" when caches were flushed
     per_group_us: list[float]  # median time of each group
+    # each rank's mean over iterations, then the min, mean and max over ranks (OSU -f's
+    # Min/Avg/Max Latency, IMB's t_min/t_avg/t_max)
+    rank_min_us: float
+    rank_avg_us: float
+    rank_max_us: float
+    # non-blocking ops (iallreduce): with a compute stand-in as long as the op (osu_iallreduce)
+    overall_us: float | None = None  # median time of start + compute + wait
+    compute_us: float | None = None  # the compute stand-in's length
+    overlap_pct: float | None = None  # share of the op's time hidden behind the compute
 
 
 @dataclass(kw_only=True)
 class SweepRecord(Measurement):
     """A point of `commbench run`: one size of one op."""
 
-    OMIT_NONE = ("requested_bytes",)
+    OMIT_NONE = (*Measurement.OMIT_NONE, "requested_bytes")
 
     kind: Literal["collective"] = "collective"
     backend: str

@@ -29,6 +29,14 @@ TORCH = "torch"
 OFF_CACHE = "off-cache"  # suffix of a record's `buffers`: caches flushed before each iteration
 
 
+def spin(seconds: float) -> None:
+    """Compute stand-in: busy for `seconds` (not asleep: a sleeping rank hands its CPU to
+    the MPI library, which is not what compute does), as osu_iallreduce's dummy compute."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
 def touch_lines(scratch: np.ndarray) -> None:
     """Read and write one byte per 64-byte line of `scratch`, evicting what the caches held
     (IMB's -off_cache keeps the op's buffers out of cache; this flushes them instead)."""
@@ -135,6 +143,35 @@ class Communicator(ABC):
     def pingpong(self, send: Any, recv: Any, peer: int, initiator: bool) -> Fn:
         """One round trip with `peer` from `send` into `recv` (two buffers, as osu_latency):
         the initiator sends then receives, the other receives then answers."""
+
+    # ---- OSU/IMB ops the mpi backend binds (OpSpec.backends keeps the others off them) ----
+    def _missing(self, op: str) -> Fn:
+        raise NotImplementedError(f"the {self.backend} backend has no {op}")
+
+    def barrier_op(self, buf: Any) -> Fn:
+        """A bound barrier (osu_barrier); `buf` only anchors the native descriptor."""
+        return self._missing("barrier")
+
+    def gather(self, send: Any, recv: Any, root: int) -> Fn:
+        return self._missing("gather")
+
+    def scatter(self, send: Any, recv: Any, root: int) -> Fn:
+        return self._missing("scatter")
+
+    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int], displs: Sequence[int]) -> Fn:
+        """Counts and displacements in elements, one per group position."""
+        return self._missing("allgatherv")
+
+    def window(
+        self, send: Any, recv: Any, peer: int, initiator: bool, window: int, both: bool
+    ) -> Fn:
+        """osu_bw (`both` False: the initiator sends `window` messages, the peer receives them
+        and acks) or osu_bibw (`both`: each side sends and receives `window` at once)."""
+        return self._missing("bibw" if both else "bw")
+
+    def iallreduce(self, send: Any, recv: Any, compute: np.ndarray) -> Fn:
+        """Start an allreduce, spin `compute[0]` seconds (read at each call), wait for it."""
+        return self._missing("iallreduce")
 
     @abstractmethod
     def isend(self, buf: Any, dest: int, tag: int) -> Any:

@@ -32,6 +32,7 @@ from commbench.measure.transport.base import (  # noqa: E402
     PLAIN,
     Communicator,
     Fn,
+    spin,
     touch_lines,
 )
 from commbench.ops.checkdata import storage_dtype  # noqa: E402
@@ -228,6 +229,68 @@ class MPICommunicator(Communicator):
                 out(s, peer, 1)
 
         return self._bound(fn, "pingpong", send, recv, send.size, dest=peer, initiator=initiator)
+
+    def barrier_op(self, buf: np.ndarray) -> Fn:
+        return self._bound(self.comm.Barrier, "barrier", None, buf, 0)
+
+    def gather(self, send: np.ndarray, recv: np.ndarray, root: int) -> Fn:
+        call = partial(self.comm.Gather, _spec(send), _spec(recv), root)
+        return self._bound(call, "gather", send, recv, send.size, root=root)
+
+    def scatter(self, send: np.ndarray, recv: np.ndarray, root: int) -> Fn:
+        call = partial(self.comm.Scatter, _spec(send), _spec(recv), root)
+        return self._bound(call, "scatter", send, recv, recv.size, root=root)
+
+    def allgatherv(
+        self, send: np.ndarray, recv: np.ndarray, counts: Sequence[int], displs: Sequence[int]
+    ) -> Fn:
+        r = [recv, (list(counts), list(displs)), _mpitype(recv)]
+        call = partial(self.comm.Allgatherv, _spec(send), r)
+        v: tuple[list[int], list[int], list[int], list[int]] = ([], [], list(counts), list(displs))
+        return self._bound(call, "allgatherv", send, recv, send.size, vcounts=v)
+
+    def window(
+        self,
+        send: np.ndarray,
+        recv: np.ndarray,
+        peer: int,
+        initiator: bool,
+        window: int,
+        both: bool,
+    ) -> Fn:
+        assert window <= native.MAX_WINDOW, window
+        s, r, c = _spec(send), _spec(recv), self.comm
+        ack = [recv[:1], _mpitype(recv)]
+
+        def fn() -> None:
+            reqs = []
+            if both or not initiator:
+                reqs += [c.Irecv(r, peer, 2) for _ in range(window)]
+            if both or initiator:
+                reqs += [c.Isend(s, peer, 2) for _ in range(window)]
+            MPI.Request.Waitall(reqs)
+            if both:
+                return
+            if initiator:
+                c.Recv(ack, peer, 3)
+            else:
+                c.Send([send[:1], _mpitype(send)], peer, 3)
+
+        kind = "bibw" if both else "bw"
+        return self._bound(
+            fn, kind, send, recv, send.size, dest=peer, initiator=initiator, window=window
+        )
+
+    def iallreduce(self, send: np.ndarray, recv: np.ndarray, compute: np.ndarray) -> Fn:
+        start, s, r = self.comm.Iallreduce, _spec(send), _spec(recv)
+
+        def fn() -> None:
+            req = start(s, r, MPI.SUM)
+            if compute[0] > 0:
+                spin(float(compute[0]))
+            req.Wait()
+
+        return self._bound(fn, "iallreduce", send, recv, send.size, compute=compute)
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> MPI.Request:
         return self.comm.Isend(_spec(buf), dest, tag)

@@ -32,7 +32,7 @@ from mpi4py import MPI
 from commbench.measure.transport.base import Fn
 
 SOURCE = Path(__file__).with_name("native_loop.c")
-ABI = 2  # CB_ABI in native_loop.c
+ABI = 3  # CB_ABI in native_loop.c
 ENV_SWITCH = "COMMBENCH_NATIVE"
 ENV_MPICC = "COMMBENCH_MPICC"
 ENV_CACHE = "COMMBENCH_CACHE_DIR"
@@ -49,7 +49,15 @@ KINDS = {
     "reduce": 7,
     "sendrecv": 8,
     "pingpong": 9,
+    "barrier": 10,
+    "gather": 11,
+    "scatter": 12,
+    "allgatherv": 13,
+    "bw": 14,
+    "bibw": 15,
+    "iallreduce": 16,
 }
+MAX_WINDOW = 1024  # CB_MAX_WINDOW
 
 _int_p = ctypes.POINTER(ctypes.c_int)
 
@@ -72,6 +80,8 @@ class OpDesc(ctypes.Structure):
         ("sdispls", _int_p),
         ("rcounts", _int_p),
         ("rdispls", _int_p),
+        ("window", ctypes.c_int),
+        ("compute_s", ctypes.POINTER(ctypes.c_double)),
     ]
 
 
@@ -163,6 +173,8 @@ def describe(
     source: int = 0,
     initiator: bool = False,
     vcounts: tuple[list[int], list[int], list[int], list[int]] | None = None,
+    window: int = 0,
+    compute: np.ndarray | None = None,
 ) -> tuple[OpDesc, tuple] | None:
     """An OpDesc for host numpy buffers (and the arrays it points into), or None when the
     op cannot run natively (device buffers, counts beyond a C int)."""
@@ -182,8 +194,11 @@ def describe(
         dest=dest,
         source=source,
         initiator=int(initiator),
+        window=window,
     )
-    keep: tuple = (comm, dtype, send, recv)
+    keep: tuple = (comm, dtype, send, recv, compute)
+    if compute is not None:  # read by the loop at each call: the runner sets it between loops
+        d.compute_s = compute.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
     if vcounts is not None:
         arrays = [np.ascontiguousarray(v, dtype=np.intc) for v in vcounts]
         d.scounts, d.sdispls, d.rcounts, d.rdispls = (a.ctypes.data_as(_int_p) for a in arrays)
