@@ -104,6 +104,7 @@ def measured_record(
     time_mean_us: float | None = None,
     hosts_spanned: int | None = None,
     count: int | None = None,
+    groups: int | None = None,
 ) -> dict:
     """A record with the fields `commbench run` writes; what the tool does not measure is null."""
     size = dtype_size(dtype)
@@ -117,6 +118,7 @@ def measured_record(
         bytes=int(nbytes),
         count=count,
         group_size=group_size,
+        groups=groups,
         hosts_spanned=hosts_spanned,
         link_class=link_class,
         world_size=world_size,
