@@ -165,8 +165,11 @@ def _read_yaml(path: Path) -> Any:
         raise UsageError(
             f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
         ) from None
+    # libyaml's loader where PyYAML has it: the pure-Python one costs every rank ~60 ms of
+    # start-up on the shipped suites (16 ranks on few cores wait for all of it)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
