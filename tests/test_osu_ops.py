@@ -128,3 +128,12 @@ def test_bandwidth_windows_pass_their_exact_check(tmp_path, native):
 def test_osu_ops_refused_on_backends_that_lack_them(tmp_path):
     job = run_mpi(2, "run", "gather", "--backend", "gloo", "--results", str(tmp_path))
     assert job.returncode == 2 and "mpi backend only" in job.output, job.output
+
+
+@pytest.mark.mpi
+def test_one_stalled_probe_iteration_does_not_shrink_the_point():
+    """Fails on the max-of-2 probe: the point would get 5 iterations instead of ~2000."""
+    cmd = [mpirun_path(), "-n", "2", "--oversubscribe", sys.executable, "tests/probe_job.py"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=job_env(), cwd=REPO)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("probe ok") == 2, p.stdout
