@@ -214,10 +214,16 @@ def main() -> int:
     rounds = []
     for i in range(args.rounds):
         print(f"# round {i + 1} of {args.rounds}", file=sys.stderr, flush=True)
-        rounds.append(one_round(osu, imb, ranks, hi, args))
+        try:
+            rounds.append(one_round(osu, imb, ranks, hi, args))
+        except SystemExit as e:  # a job failed (the launcher, under load): keep what finished
+            print(f"# round {i + 1} stopped: {e}", file=sys.stderr, flush=True)
+            break
+    if not rounds:
+        sys.exit("peers: no round finished")
     peers = {"osu": osu, "imb": imb}
     tables = {p: ratio_table(rounds, p) for p, where in peers.items() if where is not None}
-    print(f"# commbench time / peer time ({args.stat}), median of {args.rounds} interleaved "
+    print(f"# commbench time / peer time ({args.stat}), median of {len(rounds)} interleaved "
           f"rounds; buffers {args.buffers}")  # fmt: skip
     outside = print_table(tables, 0.9, 1.1)
     print(f"# cells outside 0.9-1.1x: {outside}")
