@@ -10,6 +10,7 @@ DTYPE_SIZES: dict[str, int] = {
     "bfloat16": 2,
     "int32": 4,
     "float64": 8,
+    "int8": 1,  # OSU and IMB move bytes (MPI_CHAR): 1-byte sizes; sums exact to 63 ranks
 }
 DTYPE_ALIASES = {
     "fp32": "float32",
@@ -20,6 +21,8 @@ DTYPE_ALIASES = {
     "double": "float64",
     "int": "int32",
     "fp64": "float64",
+    "char": "int8",
+    "byte": "int8",
 }
 
 

@@ -77,3 +77,22 @@ def format_size(nbytes: float) -> str:
             v = nbytes / scale
             return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
     return f"{int(nbytes)} B"
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    """OSU's `-m [MIN:]MAX` message-size range (`-m 1:4M`, `-m 64K`; MIN defaults to 1)."""
+    lo, sep, hi = str(text).rpartition(":")
+    if sep and not lo:
+        raise UsageError(f"-m/--message-size {text!r}: give MIN:MAX or MAX, e.g. 1:4M")
+    return (parse_size(lo, "-m minimum") if sep else 1), parse_size(hi, "-m maximum")
+
+
+def changed_sizes(points: dict[int, list[int]], unit: str) -> str:
+    """One line naming every requested size that a point's S differs from (rounded, or merged
+    with another size into one point), or "" when every point is exactly what was asked."""
+    parts = []
+    for nbytes, asked in points.items():
+        other = [a for a in asked if a != nbytes]
+        if other:
+            parts.append(f"{', '.join(format_size(a) for a in other)} -> {format_size(nbytes)}")
+    return f"sizes changed ({unit}): {'; '.join(parts)}" if parts else ""

@@ -25,6 +25,15 @@ BUS = {
     "sendrecv": lambda p: 1.0,
     "pingpong": lambda p: 1.0,
     "p2p_schedule": lambda p: 1.0,
+    # OSU and IMB ops: rooted gathers/scatters and allgatherv move (p-1)/p of S over the
+    # busiest link, as allgather; windows and barrier move S (or nothing) once
+    "gather": lambda p: (p - 1) / p,
+    "scatter": lambda p: (p - 1) / p,
+    "allgatherv": lambda p: (p - 1) / p,
+    "iallreduce": lambda p: 2 * (p - 1) / p,
+    "bw": lambda p: 1.0,
+    "bibw": lambda p: 1.0,
+    "barrier": lambda p: 1.0,
 }
 FORMULAS = {
     "2(p-1)/p": lambda p: 2 * (p - 1) / p,
@@ -34,7 +43,12 @@ FORMULAS = {
 BUFFERS = {  # (send, recv) bytes of one rank for S in a group of p
     "allgather": lambda p: (S // p, S),
     "reduce_scatter": lambda p: (S, S // p),
+    "gather": lambda p: (S // p, S),
+    "scatter": lambda p: (S, S // p),
+    "allgatherv": lambda p: (S // p, S),
+    "barrier": lambda p: (0, 0),
 }
+NO_DATA = {"barrier"}  # S = 0 recorded and priced
 
 
 def cases():
@@ -65,8 +79,8 @@ def test_bus_factor_and_buffers_follow_nccl_tests(op, p):
     assert FORMULAS[spec.bus_formula](p) == pytest.approx(BUS[op](p))
     step = step_of(op, p)
     assert spec.buffers(step, p) == BUFFERS.get(op, lambda p: (S, S))(p)
-    assert spec.record_bytes(step) == S
-    assert spec.priced_bytes(step) == S
+    assert spec.record_bytes(step) == (0 if op in NO_DATA else S)
+    assert spec.priced_bytes(step) == (0 if op in NO_DATA else S)
     assert spec.valid(step)
     assert spec.round_bytes(S, p, "float32") == S  # S already whole elements in p chunks
 

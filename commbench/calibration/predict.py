@@ -34,6 +34,7 @@ from commbench.sizes import format_size
 
 TIMING_PREFERENCE = ("per-iteration", "pipelined")
 PLACEMENT_PREFERENCE = ("out-of-place", "in-place")
+BUFFERS_PREFERENCE = ("hugepage", "plain", "torch")  # warm before off-cache (listed after)
 
 
 @dataclass(kw_only=True)
@@ -56,12 +57,14 @@ def _rank(value: str, order: tuple) -> tuple:
 
 def _prefer(cands: list[SeriesModel]) -> list[SeriesModel]:
     """Candidates sorted best first: per-iteration before pipelined timing, out-of-place
-    before in-place placement, then by name (so the choice is deterministic)."""
+    before in-place placement, warm default buffers before plain or off-cache ones, then by
+    name (so the choice is deterministic)."""
     return sorted(
         cands,
         key=lambda s: (
             _rank(s.key.timing, TIMING_PREFERENCE),
             _rank(s.key.placement, PLACEMENT_PREFERENCE),
+            _rank(s.key.buffers, BUFFERS_PREFERENCE),
         ),
     )
 

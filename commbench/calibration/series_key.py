@@ -1,13 +1,24 @@
 """The key a calibration files each fitted series under: backend, op, link class, group size,
-dtype, timing mode and buffer placement (the fitter groups records by it, predict looks it up)."""
+dtype, timing mode, buffer placement and buffers (pages, off-cache) (the fitter groups records
+by it, predict looks it up)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-KEY_FIELDS = ("backend", "op", "link_class", "group_size", "dtype", "timing", "placement")
+KEY_FIELDS = (
+    "backend",
+    "op",
+    "link_class",
+    "group_size",
+    "dtype",
+    "timing",
+    "placement",
+    "buffers",
+)
 DEFAULT_TIMING = "per-iteration"
 DEFAULT_PLACEMENT = "out-of-place"
+DEFAULT_BUFFERS = "hugepage"  # records and calibrations from before `buffers` was recorded
 
 
 @dataclass(frozen=True, order=True)
@@ -21,6 +32,7 @@ class SeriesKey:
     dtype: str
     timing: str = DEFAULT_TIMING
     placement: str = DEFAULT_PLACEMENT
+    buffers: str = DEFAULT_BUFFERS
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in KEY_FIELDS}
@@ -31,6 +43,7 @@ class SeriesKey:
 
     def label(self) -> str:
         extra = "" if self.placement == DEFAULT_PLACEMENT else f" {self.placement}"
+        extra += "" if self.buffers == DEFAULT_BUFFERS else f" {self.buffers}"
         return (
             f"{self.op} p={self.group_size} {self.link_class} {self.dtype} {self.backend} "
             f"{self.timing}{extra}"

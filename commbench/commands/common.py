@@ -17,7 +17,7 @@ from commbench.measure.launch import LaunchInfo, detect
 from commbench.measure.runner import DEFAULT_BUDGET_S, TimingConfig
 from commbench.measure.session import SessionOptions
 from commbench.measure.transport import BACKENDS, resolve_backend
-from commbench.measure.transport.base import GPU_TIMERS, TIMING_MODES
+from commbench.measure.transport.base import GPU_TIMERS, HUGEPAGE, PLAIN, TIMING_MODES
 
 MAX_TIMEOUT_S = 1e6
 
@@ -113,10 +113,36 @@ def add_timing_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run one group at a time instead of all groups of an axis at once",
     )
+    g.add_argument(
+        "--buffers",
+        choices=(HUGEPAGE, PLAIN),
+        default=None,
+        help="mpi host buffers: hugepage (2 MiB aligned, transparent huge pages advised) or "
+        "plain (4 KiB pages, what OSU, IMB and most applications get) (default: hugepage; "
+        "gloo/nccl use torch's allocator)",
+    )
+    g.add_argument(
+        "--off-cache",
+        action="store_true",
+        help="flush the CPU caches before each timed iteration (IMB -off_cache): cold buffers",
+    )
+
+
+def check_buffer_flags(args: argparse.Namespace, backend: str) -> None:
+    """--buffers picks mpi's host pages; --off-cache flushes host caches per iteration."""
+    if args.buffers and backend != "mpi":
+        raise UsageError(f"--buffers is for the mpi backend; {backend} uses torch's allocator")
+    if args.off_cache and (backend == "nccl" or args.timing != "per-iteration"):
+        raise UsageError(
+            "--off-cache flushes host caches between iterations: it needs host buffers "
+            "(mpi or gloo) and --timing per-iteration"
+        )
 
 
 def timing_config(args: argparse.Namespace) -> TimingConfig:
     return TimingConfig(
+        buffers=args.buffers or HUGEPAGE,
+        off_cache=args.off_cache,
         iters=args.iters,
         warmup=args.warmup,
         budget_s=args.budget,

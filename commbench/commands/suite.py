@@ -126,6 +126,7 @@ def max_bytes_for(point, cli_max: int | None) -> int:
 def timing_for(args: argparse.Namespace, run):
     """Timing of a run: command-line flags over the suite file's defaults."""
     from commbench.measure.runner import TimingConfig
+    from commbench.measure.transport.base import HUGEPAGE
 
     t = run.timing
     return TimingConfig(
@@ -137,6 +138,8 @@ def timing_for(args: argparse.Namespace, run):
         timing=args.timing,
         check=args.check,
         isolated=args.isolated,
+        buffers=args.buffers or HUGEPAGE,
+        off_cache=args.off_cache,
     )
 
 
@@ -270,6 +273,7 @@ def main(args: argparse.Namespace) -> int:
 
     for pt in points:  # its bounds (pieces per step) fail here, before any communication
         plan(pt.program, pt.layout, opts.backend, max_bytes_for(pt, cli_max))
+    common.check_buffer_flags(args, opts.backend)
     runs = list(dict.fromkeys(pt.run for pt in points))
     timings = {id(r): timing_for(args, r) for r in runs}
     return measure(args, suite, points, cli_max, opts, launch, timings)

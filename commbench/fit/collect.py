@@ -1,6 +1,7 @@
 """From run directories to fit series: which records are used, which are left out and why.
 
-A series is (backend, op, link class, group size, dtype, timing mode, placement). Records of
+A series is (backend, op, link class, group size, dtype, timing mode, placement, buffers:
+hugepage or plain pages, warm or off-cache, which differ 2x at 64 KiB and up). Records of
 kind `collective` (commbench run, commbench import) must carry what the fitter needs. Suite
 records are used when they carry op/bytes/group_size/link_class/time_us for a primitive op:
 a `step` record's bytes and time_us are the op the runner really measured (its `scale` and
@@ -20,7 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from commbench.calibration.reach import group_nodes
-from commbench.calibration.series_key import DEFAULT_PLACEMENT, DEFAULT_TIMING, SeriesKey
+from commbench.calibration.series_key import (
+    DEFAULT_BUFFERS,
+    DEFAULT_PLACEMENT,
+    DEFAULT_TIMING,
+    SeriesKey,
+)
 from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
 from commbench.ops import OPS, canonical_op
@@ -30,7 +36,17 @@ USED_KINDS = ("collective", "step", "point")
 # fields a `collective` record must carry for the fitter, beyond records.REQUIRED_FIELDS
 FIT_FIELDS = ("link_class", "wrong", "timing")
 # the record fields a series key is made of (with kind, which decides whether it is used)
-_RAW_KEY = ("kind", "op", "backend", "link_class", "group_size", "dtype", "timing", "placement")
+_RAW_KEY = (
+    "kind",
+    "op",
+    "backend",
+    "link_class",
+    "group_size",
+    "dtype",
+    "timing",
+    "placement",
+    "buffers",
+)
 
 
 @dataclass
@@ -108,6 +124,7 @@ def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
         dtype=canonical_dtype_name(rec["dtype"]),
         timing=str(rec.get("timing") or DEFAULT_TIMING),
         placement=str(rec.get("placement") or DEFAULT_PLACEMENT),
+        buffers=str(rec.get("buffers") or DEFAULT_BUFFERS),
     )
     return key, ""
 

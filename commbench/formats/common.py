@@ -29,7 +29,7 @@ MPI_DTYPES = {
     "mpi_long_long": "int64",
 }
 # element sizes of dtypes commbench does not run but logs carry
-EXTRA_DTYPE_SIZES = {"int8": 1, "uint8": 1, "uint32": 4, "int64": 8, "uint64": 8}
+EXTRA_DTYPE_SIZES = {"uint8": 1, "uint32": 4, "int64": 8, "uint64": 8}
 LINK_CLASSES = ("intra", "inter")
 
 
@@ -125,6 +125,7 @@ def measured_record(
     time_mean_us: float | None = None,
     hosts_spanned: int | None = None,
     count: int | None = None,
+    groups: int | None = None,
 ) -> dict:
     """A record with the fields `commbench run` writes; what the tool does not measure is null."""
     size = dtype_size(dtype)
@@ -138,6 +139,7 @@ def measured_record(
         bytes=int(nbytes),
         count=count,
         group_size=group_size,
+        groups=groups,
         hosts_spanned=hosts_spanned,
         link_class=link_class,
         world_size=world_size,

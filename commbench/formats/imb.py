@@ -2,11 +2,14 @@
 
 Each `# Benchmarking NAME` block with `# #processes = N` holds a table whose header names its
 columns (`#bytes #repetitions t_min[usec] t_max[usec] t_avg[usec] [Mbytes/sec] [defects]`, or
-`t[usec]` for PingPong). IMB times back-to-back repetitions and divides (timing "pipelined");
-time_us is t_max, the slowest rank, as commbench times a collective; t_min/t_avg stay in the
-source columns. IMB message lengths are per call: Allgather(v) and Alltoall(v) move #bytes per
-peer, so S = p x #bytes; Reduce_scatter's #bytes is the whole input (= S). IMB prints no host
-names, so --link-class fills that in.
+`t[usec]` for PingPong). time_us is t_max, the slowest rank, as commbench times a collective;
+t_min/t_avg stay in the source columns. Timing: IMB-MPI1 barriers after every repetition of a
+collective (`-sync 1`, its default) outside the timed call and divides the sum, so collectives
+are "per-iteration"; PingPong, PingPing and Sendrecv time back-to-back exchanges
+("pipelined"). `Multi-NAME` blocks (`-multi 0|1`: G groups of P processes at once) import as
+NAME on groups of P. IMB message lengths are per call: Allgather(v), Alltoall(v), Gather and
+Scatter move #bytes per peer, so S = p x #bytes; Reduce_scatter's #bytes is the whole input
+(= S). IMB prints no host names, so --link-class fills that in.
 """
 
 from __future__ import annotations
@@ -38,11 +41,29 @@ BENCHMARKS = {
     "reduce_scatter": ("reduce_scatter", False),
     "reduce_scatter_block": ("reduce_scatter", False),
     "allgather": ("allgather", True),
-    "allgatherv": ("allgather", True),
+    "allgatherv": ("allgatherv", True),
     "alltoall": ("alltoall", True),
     "alltoallv": ("alltoallv", True),
     "bcast": ("broadcast", False),
+    "gather": ("gather", True),
+    "scatter": ("scatter", True),
 }
+BACK_TO_BACK = ("pingpong", "pingping", "sendrecv")  # no barrier between repetitions
+_MULTI = re.compile(r"^#\s*\(\s*(\d+)\s+groups?\s+of\s+(\d+)\s+process")
+
+
+def timing_of(benchmark: str) -> str:
+    """IMB's timing as commbench labels it: a collective barriers after every repetition
+    (IMB_do_n_barriers with -sync 1) and is per-iteration; exchanges run back to back."""
+    return "pipelined" if benchmark.lower() in BACK_TO_BACK else "per-iteration"
+
+
+def multi_groups(line: str) -> tuple[int, int] | None:
+    """(groups, processes per group) of a Multi- block's `( G groups of P processes ... )`."""
+    m = _MULTI.match(line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 _BENCH = re.compile(r"^#\s*Benchmarking\s+(\S+)")
 _PROCS = re.compile(r"^#\s*#processes\s*=\s*(\d+)")
 _WAITING = re.compile(r"^#\s*\(\s*(\d+)\s+additional process")
@@ -59,6 +80,7 @@ class _Block:
         self.waiting = 0
         self.columns: list[str] | None = None
         self.rows: list[tuple[int, list[str]]] = []
+        self.groups = 1  # Multi- blocks: groups running at once
 
 
 def _blocks(lines: list[str], meta: dict) -> list[_Block]:
@@ -72,9 +94,11 @@ def _blocks(lines: list[str], meta: dict) -> list[_Block]:
         elif m := _DATATYPE.match(s):
             meta["datatype"] = m.group(1).lower()
         elif m := _BENCH.match(s):
-            blocks.append(_Block(n, m.group(1)))
+            blocks.append(_Block(n, m.group(1).removeprefix("Multi-")))
         elif not blocks:
             continue
+        elif multi := multi_groups(s):
+            blocks[-1].groups, blocks[-1].procs = multi
         elif m := _PROCS.match(s):
             blocks[-1].procs = int(m.group(1))
         elif m := _WAITING.match(s):
@@ -149,12 +173,13 @@ def parse(path: Path, hints: Hints) -> Imported:
                     nbytes=size * p if per_peer else size,
                     dtype=dtype,
                     group_size=p,
-                    world_size=p + blk.waiting,
+                    world_size=p * blk.groups + blk.waiting,
+                    groups=blk.groups,
                     link_class=link,
                     hosts_spanned=nodes,
                     backend=hints.backend or "mpi",
                     time_us=t,
-                    timing="pipelined",
+                    timing=timing_of(blk.name),
                     columns={**cells, "benchmark": blk.name},
                     iters=int(reps) if reps and is_count(reps) else None,
                     wrong=int(defects > 0),

@@ -7,8 +7,11 @@ hosts, so --group-size and --link-class fill that in. Sizes follow OSU's per-cal
 are converted to nccl-tests S: allgather and alltoall(v) sizes are per peer, so S = p x size.
 Collectives barrier between timed iterations (timing "per-iteration"; time = Avg Latency, the
 mean over ranks); osu_latency is half a ping-pong round trip (op pingpong, "pipelined"); osu_bw
-and osu_bibw stream a window of messages (op sendrecv, timing "windowed" and
-"windowed-bidirectional", time per message = size / bandwidth, x2 both ways for bibw).
+and osu_bibw stream windows of messages under one timer (ops bw and bibw, "pipelined"; time per
+message = size / bandwidth, bibw's bandwidth both ways together, as commbench's bibw). Many
+pairs at once: osu_multi_lat (pingpong on world/2 pairs; it prints no pair count, so
+--group-size gives its processes) and osu_mbw_mr (bw on the `[ pairs: N ]` it prints, the
+aggregate MB/s shared by the pairs).
 """
 
 from __future__ import annotations
@@ -36,21 +39,45 @@ _DTYPE = re.compile(r"^#\s*Datatype:\s*(\w+)", re.IGNORECASE)
 # normalised test name -> (op, S = size x p?, timing)
 TESTS = {
     "latency": ("pingpong", False, "pipelined"),
-    "bandwidth": ("sendrecv", False, "windowed"),
-    "bidirectionalbandwidth": ("sendrecv", False, "windowed-bidirectional"),
+    "bandwidth": ("bw", False, "pipelined"),
+    "bidirectionalbandwidth": ("bibw", False, "pipelined"),
+    "multilatency": ("pingpong", False, "pipelined"),
+    "multiplebandwidthmessagerate": ("bw", False, "pipelined"),
+    "gatherlatency": ("gather", True, "per-iteration"),
+    "scatterlatency": ("scatter", True, "per-iteration"),
     "allreducelatency": ("allreduce", False, "per-iteration"),
     "reducelatency": ("reduce", False, "per-iteration"),
     "reducescatterlatency": ("reduce_scatter", False, "per-iteration"),
     "broadcastlatency": ("broadcast", False, "per-iteration"),
     "bcastlatency": ("broadcast", False, "per-iteration"),
     "allgatherlatency": ("allgather", True, "per-iteration"),
-    "allgathervlatency": ("allgather", True, "per-iteration"),
+    "allgathervlatency": ("allgatherv", True, "per-iteration"),
     "alltoalllatency": ("alltoall", True, "per-iteration"),
     "alltoallpersonalizedexchangelatency": ("alltoall", True, "per-iteration"),
     "alltoallvlatency": ("alltoallv", True, "per-iteration"),
     "alltoallvpersonalizedexchangelatency": ("alltoallv", True, "per-iteration"),
 }
 POINT_TO_POINT = ("latency", "bandwidth", "bidirectionalbandwidth")
+MANY_PAIRS = ("multilatency", "multiplebandwidthmessagerate")
+_PAIRS = re.compile(r"^#\s*\[\s*pairs:\s*(\d+)\s*\]", re.IGNORECASE)
+
+
+def pairs_of(line: str) -> int | None:
+    """The pair count osu_mbw_mr prints (`# [ pairs: 2 ] [ window size: 64 ]`)."""
+    m = _PAIRS.match(line)
+    return int(m.group(1)) if m else None
+
+
+def many_pairs(key: str, pairs: int | None, hints: Hints, where: str) -> int:
+    """Pairs of a many-pairs test: printed (osu_mbw_mr), else --group-size processes / 2."""
+    if pairs is not None:
+        return pairs
+    procs = hints.resolve(
+        "group_size", None, where, "osu_multi_lat does not print its pairs (processes / 2)"
+    )
+    if procs % 2:
+        raise UsageError(f"{where}: osu_multi_lat pairs processes: --group-size {procs} is odd")
+    return procs // 2
 
 
 def _norm(name: str) -> str:
@@ -66,6 +93,7 @@ class _Table:
         self.dtype: str | None = None
         self.columns: list[str] | None = None
         self.rows: list[tuple[int, list[str]]] = []
+        self.pairs: int | None = None  # osu_mbw_mr's printed pair count
 
 
 def _tables(path: Path, lines: list[str]) -> list[_Table]:
@@ -78,6 +106,8 @@ def _tables(path: Path, lines: list[str]) -> list[_Table]:
             continue
         elif m := _DTYPE.match(s):
             tables[-1].dtype = m.group(1).lower().rstrip(".")
+        elif (pairs := pairs_of(s)) is not None:
+            tables[-1].pairs = pairs
         elif re.match(r"^#\s*Size\b", s):
             tables[-1].columns = re.split(r"\s{2,}", s.lstrip("#").strip())
         elif s and is_count(s.split()[0]) and tables[-1].columns is not None:
@@ -110,8 +140,9 @@ def parse(path: Path, hints: Hints) -> Imported:
         if key.startswith("nonblocking") or key not in TESTS:
             raise UsageError(
                 f"{where}: OSU test '{tab.name}' is not imported (supported: osu_latency, "
-                "osu_bw, osu_bibw, osu_allreduce, osu_reduce, osu_reduce_scatter, osu_bcast, "
-                "osu_allgather(v), osu_alltoall(v))"
+                "osu_bw, osu_bibw, osu_multi_lat, osu_mbw_mr, osu_allreduce, osu_reduce, "
+                "osu_reduce_scatter, osu_bcast, osu_gather, osu_scatter, osu_allgather(v), "
+                "osu_alltoall(v))"
             )
         if tab.columns is None:
             raise UsageError(f"{where}: no '# Size ...' column header after the title")
@@ -119,12 +150,15 @@ def parse(path: Path, hints: Hints) -> Imported:
         out.meta.setdefault("osu_version", tab.version)
         out.meta.setdefault("suite", tab.suite)
         p2p = key in POINT_TO_POINT
-        p = hints.resolve(
-            "group_size",
-            2 if p2p else None,
-            where,
-            f"OSU logs do not say how many processes ran osu_{op}",
-        )
+        groups = many_pairs(key, tab.pairs, hints, where) if key in MANY_PAIRS else 1
+        p = 2 if groups > 1 or key in MANY_PAIRS else None
+        if p is None:
+            p = hints.resolve(
+                "group_size",
+                2 if p2p else None,
+                where,
+                f"OSU logs do not say how many processes ran osu_{op}",
+            )
         link, nodes = hints.shape(
             p,
             None,
@@ -162,8 +196,8 @@ def parse(path: Path, hints: Hints) -> Imported:
                 assert bw is not None  # a layout has a latency or a bandwidth column
                 mbps = number(cells[bw])
                 t = None
-                if mbps and mbps > 0:
-                    t = size / (mbps * 1e6) * 1e6 * (2 if timing.endswith("bidirectional") else 1)
+                if mbps and mbps > 0:  # osu_mbw_mr: the pairs share the aggregate
+                    t = size / (mbps / groups * 1e6) * 1e6
             if t is None:
                 out.notes.append(f"{path}:{n}: no time in this row, skipped")
                 continue
@@ -178,7 +212,8 @@ def parse(path: Path, hints: Hints) -> Imported:
                     nbytes=size * p if per_peer else size,
                     dtype=dtype,
                     group_size=p,
-                    world_size=p,
+                    world_size=p * groups,
+                    groups=groups,
                     link_class=link,
                     hosts_spanned=nodes,
                     backend=hints.backend or "mpi",

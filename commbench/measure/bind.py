@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from commbench.measure.transport.base import Communicator, Fn
+from commbench.measure.transport.base import HUGEPAGE, Communicator, Fn
 from commbench.ops import OPS
 from commbench.ops.checkdata import count_wrong_fill, write_fill
 from commbench.ops.spec import Binding, Views
@@ -20,21 +20,23 @@ from commbench.traffic.program import Step
 
 
 class BufferPool:
-    """One send and one receive buffer per run, sized for the largest step and reused as views."""
+    """One send and one receive buffer per run, sized for the largest step and reused as views;
+    `pages` is the --buffers mode (transport.base HUGEPAGE or PLAIN) where the backend allocates."""
 
-    def __init__(self, comm: Communicator) -> None:
+    def __init__(self, comm: Communicator, pages: str = HUGEPAGE) -> None:
         self.comm = comm
-        self.send: Any = comm.alloc(0)
-        self.recv: Any = comm.alloc(0)
+        self.pages = pages
+        self.send: Any = comm.alloc(0, pages)
+        self.recv: Any = comm.alloc(0, pages)
         self.capacity = (0, 0)
 
     def reserve(self, send_bytes: int, recv_bytes: int) -> None:
         """Grow (never shrink) so both buffers hold at least these many bytes."""
         s, r = self.capacity
         if send_bytes > s:
-            self.send = self.comm.alloc(send_bytes)
+            self.send = self.comm.alloc(send_bytes, self.pages)
         if recv_bytes > r:
-            self.recv = self.comm.alloc(recv_bytes)
+            self.recv = self.comm.alloc(recv_bytes, self.pages)
         self.capacity = (max(s, send_bytes), max(r, recv_bytes))
 
 
@@ -52,6 +54,10 @@ class Bound:
     @property
     def time_scale(self) -> float:
         return self.binding.time_scale
+
+    def checked(self) -> None:
+        """The call the check brackets: the timed one, unless the op checks another way."""
+        (self.binding.checked_fn or self.binding.fn)()
 
     def prepare(self) -> None:
         """Write inputs (and poison receive buffers) before the checked call."""

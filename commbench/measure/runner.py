@@ -11,23 +11,31 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from commbench.dtypes import dtype_size
 from commbench.measure import diag
-from commbench.measure.bind import BufferPool, bind
+from commbench.measure.bind import Bound, BufferPool, bind
 from commbench.measure.transport.base import (
     ENQUEUE,
     GPU_TIMERS,
+    HUGEPAGE,
+    OFF_CACHE,
     PER_ITERATION,
+    PLAIN,
     PRE_ROLL,
     TIMING_MODES,
+    TORCH,
     Communicator,
+    Fn,
 )
 from commbench.ops import OPS, bus_factor, record_bytes, step_buffer_bytes
 from commbench.ops.checkdata import exact_sum
+from commbench.ops.spec import overlap_pct
 from commbench.results.records import Measurement
+from commbench.sizes import parse_size
 from commbench.traffic.layout import GroupInfo
 from commbench.traffic.program import Step
 
@@ -52,10 +60,13 @@ class TimingConfig:
     gpu_timer: str = PRE_ROLL
     check: bool = True
     isolated: bool = False
+    buffers: str = HUGEPAGE  # host pages of the pool (mpi: hugepage | plain; torch: torch)
+    off_cache: bool = False  # flush the caches before each timed iteration (IMB -off_cache)
 
     def __post_init__(self) -> None:
         assert self.timing in TIMING_MODES, self.timing
         assert self.gpu_timer in GPU_TIMERS, self.gpu_timer
+        assert not (self.off_cache and self.timing != PER_ITERATION), "off-cache is per-iteration"
         assert self.iters is None or self.iters >= 1
         assert self.warmup is None or self.warmup >= 0
 
@@ -73,6 +84,28 @@ def summarize(times_s: np.ndarray) -> dict[str, float]:
     }
 
 
+def largest_cache_bytes(default: int = 32 << 20) -> int:
+    """The largest CPU cache of cpu0 (Linux sysfs), else `default`: what off-cache evicts."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            sizes.append(parse_size(f.read_text().strip()))
+    return max(sizes, default=default)
+
+
+PROBE_MAX = 15  # probe iterations of a small op; the median of them sizes the point
+
+
+def probe_seconds(comm: Communicator, fn: Fn, budget_s: float) -> float:
+    """One iteration's time on this rank, robust to a preemption: the median of up to
+    PROBE_MAX iterations, as many as fit in 5% of the budget after a first one (at least 3),
+    so one descheduled iteration cannot cut a point's count tenfold (a max of 2 did)."""
+    first = float(comm.time_loop(fn, 1, PER_ITERATION, ENQUEUE)[0])
+    more = int(np.clip(0.05 * budget_s / max(first, 1e-9), 2, PROBE_MAX - 1))
+    more = -comm.max_int(-more)  # the smallest over the group: every rank runs the same
+    return float(np.median(np.append(comm.time_loop(fn, more, PER_ITERATION, ENQUEUE), first)))
+
+
 class Runner:
     """Measures Steps on the world's sub-groups, reusing one buffer pool and cached splits."""
 
@@ -86,7 +119,9 @@ class Runner:
     ) -> None:
         self.world = world
         self.cfg = cfg
-        self.pool = BufferPool(world)
+        self.pool = BufferPool(world, cfg.buffers)
+        # off-cache scratch: twice the largest cache, touched before each timed iteration
+        self.scratch = world.alloc(2 * largest_cache_bytes(), PLAIN) if cfg.off_cache else None
         self._subs: dict[tuple, Communicator | None] = {}
         self._guard = guard or (lambda label: contextlib.nullcontext())
         self._stop_requested = stop_requested or (lambda: False)
@@ -103,8 +138,17 @@ class Runner:
         """This rank's communicator for the groups of `info` (split once, collective)."""
         key = info.groups
         if key not in self._subs:
-            self._subs[key] = self.world.split(info.groups)
+            sub = self.world.split(info.groups)
+            if sub is not None and self.scratch is not None:
+                sub.flush = self.scratch
+            self._subs[key] = sub
         return self._subs[key]
+
+    @property
+    def buffers(self) -> str:
+        """What records say about the buffers: the pages, and whether caches were flushed."""
+        pages = self.cfg.buffers if self.world.allocates_pages else TORCH
+        return f"{pages}+{OFF_CACHE}" if self.cfg.off_cache else pages
 
     def close(self) -> None:
         for sub in self._subs.values():
@@ -122,8 +166,10 @@ class Runner:
     ) -> tuple[int, int]:
         """(warmup, iters): fixed if configured, else sized to the budget from a probe."""
         cfg = self.cfg
-        probe = float(np.max(comm.time_loop(bound.fn, 2, PER_ITERATION, ENQUEUE)))
-        probe = estimate_over.max_float(probe)
+        if cfg.iters is not None and cfg.warmup is not None:
+            estimate_over.max_float(0.0)  # the agreement every rank of the world joins
+            return cfg.warmup, cfg.iters  # fixed counts (OSU -i/-x): nothing probed
+        probe = estimate_over.max_float(probe_seconds(comm, bound.fn, cfg.budget_s))
         warmup = (
             cfg.warmup
             if cfg.warmup is not None
@@ -143,12 +189,12 @@ class Runner:
 
     def _run_group(self, comm: Communicator, step: Step, agree: Communicator) -> tuple:
         """Check, warm up and time `step` on this rank's group:
-        (times_s, wrong, warmup, iters, loop)."""
+        (times_s, wrong, warmup, iters, loop, overlapped)."""
         bound = bind(comm, step, self.pool)
         wrong = 0
         if self.checks(step, comm.size):
             bound.prepare()
-            bound.fn()
+            bound.checked()
             comm.sync()
             wrong = bound.verify()
             bound.reset()
@@ -157,7 +203,23 @@ class Runner:
         if warmup:
             comm.time_loop(bound.fn, warmup, PER_ITERATION, ENQUEUE)
         times = comm.time_loop(bound.fn, iters, self.cfg.timing, timer) * bound.time_scale
-        return times, wrong, warmup, iters, comm.loop_kind(bound.fn, self.cfg.timing, timer)
+        overlapped = None
+        if bound.binding.compute is not None:
+            overlapped = self._overlapped(comm, bound, times, iters)
+        loop = comm.loop_kind(bound.fn, self.cfg.timing, timer)
+        return times, wrong, warmup, iters, loop, overlapped
+
+    def _overlapped(
+        self, comm: Communicator, bound: Bound, pure: np.ndarray, iters: int
+    ) -> tuple[np.ndarray, float]:
+        """A non-blocking op timed again with its compute stand-in set to the op's own time
+        (the group's slowest median), as osu_iallreduce: (times, compute seconds)."""
+        cell = bound.binding.compute
+        cell[0] = comm.max_float(float(np.median(pure)))
+        timer = self.cfg.gpu_timer
+        times = comm.time_loop(bound.fn, iters, self.cfg.timing, timer) * bound.time_scale
+        compute, cell[0] = float(cell[0]), 0.0
+        return times, compute
 
     def measure(self, step: Step, info: GroupInfo) -> Measurement | None:
         """Collective on the world: time `step` on every group of `info` (all at once, or one
@@ -212,15 +274,21 @@ class Runner:
     def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> Measurement:
         """Max over each group's ranks per iteration, then over groups; stats and bandwidth."""
         per_group: dict[int, list[np.ndarray]] = {}
-        wrong, warmup, iters, loops = 0, 0, 0, set()
+        overall: list[np.ndarray] = []
+        rank_means: list[float] = []  # each rank's mean over iterations (OSU -f, IMB t_avg)
+        wrong, warmup, iters, loops, compute = 0, 0, 0, set(), 0.0
         slowest, slowest_us = -1, -1.0  # the world rank that saw the longest iteration
         for rank, (gi, res) in enumerate(gathered):
             if res is None:
                 continue
-            times, w, warmup_r, iters_r, loop = res
+            times, w, warmup_r, iters_r, loop, overlapped = res
             if float(np.max(times)) > slowest_us:
                 slowest, slowest_us = rank, float(np.max(times))
             per_group.setdefault(gi, []).append(times)
+            rank_means.append(float(np.mean(times)) * 1e6)
+            if overlapped is not None:
+                overall.append(overlapped[0])
+                compute = max(compute, overlapped[1])
             loops.add(loop)
             wrong += w
             warmup, iters = max(warmup, warmup_r), max(iters, iters_r)
@@ -234,6 +302,7 @@ class Runner:
         stats = summarize(series)
         nbytes = record_bytes(step)
         t = stats["time_us"] * 1e-6
+        with_compute = float(np.median(np.max(np.vstack(overall), axis=0))) if overall else None
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
         return Measurement(
             op=step.op,
@@ -257,7 +326,14 @@ class Runner:
             timing=self.cfg.timing,
             loop=loops.pop() if len(loops) == 1 else "mixed",
             isolated=self.cfg.isolated,
+            buffers=self.buffers,
             per_group_us=[
                 round(float(np.median(group_series[g])) * 1e6, 3) for g in sorted(group_series)
             ],
+            rank_min_us=min(rank_means),
+            rank_avg_us=float(np.mean(rank_means)),
+            rank_max_us=max(rank_means),
+            overall_us=None if with_compute is None else with_compute * 1e6,
+            compute_us=None if with_compute is None else compute * 1e6,
+            overlap_pct=None if with_compute is None else overlap_pct(with_compute, compute, t),
         )

@@ -10,14 +10,21 @@ from typing import TYPE_CHECKING
 from commbench.errors import UsageError
 from commbench.ops import (
     allgather,
+    allgatherv,
     allreduce,
     alltoall,
     alltoallv,
+    barrier,
+    bibw,
     broadcast,
+    bw,
+    gather,
+    iallreduce,
     p2p_schedule,
     pingpong,
     reduce,
     reduce_scatter,
+    scatter,
     sendrecv,
 )
 from commbench.ops.spec import OpSpec
@@ -35,6 +42,13 @@ MODULES = (
     reduce,
     sendrecv,
     pingpong,
+    bw,
+    bibw,
+    barrier,
+    gather,
+    scatter,
+    allgatherv,
+    iallreduce,
     p2p_schedule,
 )
 OPS: dict[str, OpSpec] = {m.SPEC.name: m.SPEC for m in MODULES}
@@ -80,7 +94,10 @@ def supports(backend: str, op: str, dtype: str) -> str | None:
     """None if `backend` can run `op` on `dtype`, else a sentence saying why not.
 
     Data, not a transport query, so planners and validation can ask without importing one."""
-    if backend == "mpi" and OPS[op].reduces and dtype in ("float16", "bfloat16"):
+    spec = OPS[op]
+    if spec.backends is not None and backend not in spec.backends:
+        return f"{op} runs on the {', '.join(spec.backends)} backend only, not {backend}"
+    if backend == "mpi" and spec.reduces and dtype in ("float16", "bfloat16"):
         return (
             f"MPI has no {dtype} reduction, so {op} cannot run in {dtype} on the mpi "
             "backend: use float32, or --backend gloo/nccl"

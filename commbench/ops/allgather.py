@@ -35,6 +35,7 @@ SPEC = OpSpec(
     doc="S = gathered output (p x shard)",
     aliases=("all_gather",),
     chunks=True,
+    per_rank=True,  # osu_allgather and IMB Allgather: the message one rank sends (to each peer)
     bus_formula="(p-1)/p",
     bus_factor=frac,
     costs=SHARD_COSTS,

@@ -29,6 +29,7 @@ SPEC = OpSpec(
     doc="S = one rank's send buffer, equal split",
     aliases=("all_to_all",),
     chunks=True,
+    per_rank=True,  # osu_alltoall and IMB Alltoall: the message one rank sends (to each peer)
     bus_formula="(p-1)/p",
     bus_factor=frac,
     costs=collective_costs(

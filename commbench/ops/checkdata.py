@@ -41,6 +41,7 @@ def storage_dtype(dtype: str) -> np.dtype:
             "bfloat16": np.uint16,
             "int32": np.int32,
             "float64": np.float64,
+            "int8": np.int8,
         }[dtype]
     )
 

@@ -70,6 +70,15 @@ ROOTED_COSTS = collective_costs(  # broadcast and reduce: all of S to or from on
 )
 
 
+def overlap_pct(overall_s: float, compute_s: float, pure_s: float) -> float:
+    """OSU's overlap of a non-blocking op (osu_util's calculate_and_print_stats): the share of
+    its pure communication time hidden behind the compute, 100 x (1 - (overall - compute) /
+    pure), clipped to [0, 100]."""
+    if pure_s <= 0:
+        return 0.0
+    return min(100.0, max(0.0, 100.0 * (1.0 - (overall_s - compute_s) / pure_s)))
+
+
 @dataclass(frozen=True)
 class Views:
     """Typed views, in one step's dtype, of the run's reused send and receive buffers."""
@@ -105,6 +114,8 @@ class Binding:
     zero_after: list[tuple[Any, Fill]] = field(default_factory=list)
     time_scale: float = 1.0  # pingpong reports half the round trip
     inline: InlineCheck | None = None
+    checked_fn: Fn | None = None  # the checked call, where it differs from fn (barrier)
+    compute: Any = None  # non-blocking ops: the compute stand-in's seconds cell (overlap %)
 
 
 def same_buffers(step: Step, p: int) -> tuple[int, int]:
@@ -139,6 +150,7 @@ class OpSpec:
     aliases: tuple[str, ...] = ()
     reduces: bool = False  # needs an arithmetic reduction (no fp16/bf16 on plain MPI)
     chunks: bool = False  # S splits evenly into p pieces
+    per_rank: bool = False  # OSU and IMB size it per rank: S = p x their size (--per-rank-size)
     rooted: bool = False  # has a root (group position 0); nccl-tests prints it
     min_group: int = 1
     max_group: int | None = None
@@ -152,6 +164,9 @@ class OpSpec:
     sweep_fields: Callable[[int, int, int], dict[str, Any]] = no_sweep_fields
     built_by: str | None = None  # the pattern that builds it; `commbench run` cannot sweep it
     scheduled: bool = False  # per-position action lists, run and priced message by message
+    backends: tuple[str, ...] | None = None  # the backends that bind it (None: all)
+    sized: bool = True  # False: S means nothing (barrier): a sweep is one point of S = 0
+    overlaps: bool = False  # non-blocking: also timed around a compute stand-in (overlap %)
 
     def cost(self, model: str, p: int) -> tuple[float, float]:
         """(A, B) under `model`: time = alpha * A + beta * B * S (Thakur et al. 2005)."""

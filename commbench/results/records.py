@@ -151,7 +151,18 @@ class Measurement(JsonRecord):
     """One op timed on every group of one axis, as the runner reduces it: the fields every
     measured record (sweep or suite step) starts with."""
 
-    OMIT_NONE = ("time_max_us", "slowest_rank")  # absent from runs written before them
+    # fields runs written before them lack: read back as None, and not written when None
+    OMIT_NONE: ClassVar[tuple[str, ...]] = (
+        "buffers",
+        "time_max_us",
+        "slowest_rank",
+        "rank_min_us",
+        "rank_avg_us",
+        "rank_max_us",
+        "overall_us",
+        "compute_us",
+        "overlap_pct",
+    )
 
     op: str
     dtype: str
@@ -177,18 +188,35 @@ class Measurement(JsonRecord):
     timing: str  # per-iteration | pipelined
     loop: str  # which loop timed it (or "mixed")
     isolated: bool  # one group at a time instead of all at once
+    # host pages (hugepage | plain | torch), "+off-cache" when caches were flushed; None in runs
+    # written before it was recorded (the fitter reads those as hugepage, the old default)
+    buffers: str | None = None
     per_group_us: list[float]  # median time of each group
     time_max_us: float | None = None  # slowest iteration (absent in runs before it was kept)
     slowest_rank: int | None = None  # world rank whose own longest iteration was the longest
+    # each rank's mean over iterations, then the min, mean and max over ranks (OSU -f's
+    # Min/Avg/Max Latency, IMB's t_min/t_avg/t_max)
+    rank_min_us: float | None = None
+    rank_avg_us: float | None = None
+    rank_max_us: float | None = None
+    # non-blocking ops (iallreduce): with a compute stand-in as long as the op (osu_iallreduce)
+    overall_us: float | None = None  # median time of start + compute + wait
+    compute_us: float | None = None  # the compute stand-in's length
+    overlap_pct: float | None = None  # share of the op's time hidden behind the compute
 
 
 @dataclass(kw_only=True)
 class SweepRecord(Measurement):
     """A point of `commbench run`: one size of one op."""
 
+    OMIT_NONE = (*Measurement.OMIT_NONE, "requested_bytes")
+
     kind: Literal["collective"] = "collective"
     backend: str
     label: str
+    # the sizes asked for that this S stands for, when any differs from it (rounded to whole
+    # elements or p chunks, merged, or scaled by --per-rank-size); absent when S is as asked
+    requested_bytes: list[int] | None = None
 
 
 @dataclass(kw_only=True)
@@ -358,6 +386,7 @@ class ImportedRecord(JsonRecord):
     checked: bool
     timing: str
     isolated: bool | None = None
+    buffers: str = "tool"  # the tool's own (nccl-tests: device memory; OSU, IMB: malloc'd pages)
     placement: str  # out-of-place | in-place
     backend: str
     label: str

@@ -165,8 +165,9 @@ def _read_yaml(path: Path) -> Any:
         raise UsageError(
             f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
         ) from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~50 ms less per rank
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""

@@ -27,6 +27,28 @@ PRE_ROLL = "pre-roll"
 ENQUEUE = "enqueue"
 GPU_TIMERS = (PRE_ROLL, ENQUEUE)
 
+# Host buffer pages (--buffers): 2 MiB-aligned with transparent huge pages advised, or the 4 KiB
+# pages OSU, IMB and most applications get (THP in `madvise` mode); torch backends use torch's
+# allocator (recorded as "torch").
+HUGEPAGE = "hugepage"
+PLAIN = "plain"
+TORCH = "torch"
+OFF_CACHE = "off-cache"  # suffix of a record's `buffers`: caches flushed before each iteration
+
+
+def spin(seconds: float) -> None:
+    """Compute stand-in: busy for `seconds` (not asleep: a sleeping rank hands its CPU to
+    the MPI library, which is not what compute does), as osu_iallreduce's dummy compute."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def touch_lines(scratch: np.ndarray) -> None:
+    """Read and write one byte per 64-byte line of `scratch`, evicting what the caches held
+    (IMB's -off_cache keeps the op's buffers out of cache; this flushes them instead)."""
+    scratch[::64] += 1
+
 
 class Communicator(ABC):
     """A group of ranks on one backend; the only place that touches a communication library."""
@@ -35,6 +57,8 @@ class Communicator(ABC):
     rank: int  # position in this group
     size: int
     ranks: tuple[int, ...]  # world rank of each position
+    flush: np.ndarray | None = None  # off-cache: scratch touched before each timed iteration
+    allocates_pages = False  # alloc honours `pages` (mpi); else the library's allocator
 
     # ---- groups and control -------------------------------------------------------------
     @abstractmethod
@@ -71,8 +95,9 @@ class Communicator(ABC):
 
     # ---- buffers --------------------------------------------------------------------------
     @abstractmethod
-    def alloc(self, nbytes: int) -> Any:
-        """A raw byte buffer of the backend's kind (host or device)."""
+    def alloc(self, nbytes: int, pages: str = HUGEPAGE) -> Any:
+        """A raw byte buffer of the backend's kind (host or device); `pages` says which host
+        pages where the backend allocates them itself (mpi)."""
 
     @abstractmethod
     def view(self, raw: Any, nbytes: int, dtype: str, offset: int = 0) -> Any:
@@ -122,8 +147,38 @@ class Communicator(ABC):
         """Send to `dest` while receiving from `source`; None skips that half (chain ends)."""
 
     @abstractmethod
-    def pingpong(self, buf: Any, peer: int, initiator: bool) -> Fn:
-        """One round trip with `peer`: the initiator sends then receives, the other echoes."""
+    def pingpong(self, send: Any, recv: Any, peer: int, initiator: bool) -> Fn:
+        """One round trip with `peer` from `send` into `recv` (two buffers, as osu_latency):
+        the initiator sends then receives, the other receives then answers."""
+
+    # ---- OSU/IMB ops the mpi backend binds (OpSpec.backends keeps the others off them) ----
+    def _missing(self, op: str) -> Fn:
+        raise NotImplementedError(f"the {self.backend} backend has no {op}")
+
+    def barrier_op(self, buf: Any) -> Fn:
+        """A bound barrier (osu_barrier); `buf` only anchors the native descriptor."""
+        return self._missing("barrier")
+
+    def gather(self, send: Any, recv: Any, root: int) -> Fn:
+        return self._missing("gather")
+
+    def scatter(self, send: Any, recv: Any, root: int) -> Fn:
+        return self._missing("scatter")
+
+    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int], displs: Sequence[int]) -> Fn:
+        """Counts and displacements in elements, one per group position."""
+        return self._missing("allgatherv")
+
+    def window(
+        self, send: Any, recv: Any, peer: int, initiator: bool, window: int, both: bool
+    ) -> Fn:
+        """osu_bw (`both` False: the initiator sends `window` messages, the peer receives them
+        and acks) or osu_bibw (`both`: each side sends and receives `window` at once)."""
+        return self._missing("bibw" if both else "bw")
+
+    def iallreduce(self, send: Any, recv: Any, compute: np.ndarray) -> Fn:
+        """Start an allreduce, spin `compute[0]` seconds (read at each call), wait for it."""
+        return self._missing("iallreduce")
 
     @abstractmethod
     def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
@@ -163,7 +218,7 @@ class Communicator(ABC):
         `pipelined` times `iters` back-to-back calls after one barrier and divides (nccl-tests).
         `timer` picks the GPU event method (GPU_TIMERS); host clocks ignore it.
         """
-        barrier, sync, clock = self.barrier, self.sync, time.perf_counter
+        barrier, sync, clock, flush = self.barrier, self.sync, time.perf_counter, self.flush
         out = np.empty(iters)
         if mode == PIPELINED:
             barrier()
@@ -174,6 +229,8 @@ class Communicator(ABC):
             out.fill((clock() - t0) / iters)
             return out
         for i in range(iters):
+            if flush is not None:
+                touch_lines(flush)
             barrier()
             t0 = clock()
             fn()

@@ -26,11 +26,15 @@ from mpi4py import MPI  # noqa: E402
 
 from commbench.measure.transport import native  # noqa: E402
 from commbench.measure.transport.base import (  # noqa: E402
+    HUGEPAGE,
     PER_ITERATION,
     PIPELINED,
+    PLAIN,
     PRE_ROLL,
     Communicator,
     Fn,
+    spin,
+    touch_lines,
 )
 from commbench.ops.checkdata import storage_dtype  # noqa: E402
 
@@ -44,6 +48,7 @@ def _mpitype(buf: np.ndarray) -> Any:
         np.dtype(np.int32): MPI.INT32_T,
         np.dtype(np.float16): MPI.UINT16_T,
         np.dtype(np.uint16): MPI.UINT16_T,
+        np.dtype(np.int8): MPI.INT8_T,
     }[buf.dtype]
 
 
@@ -59,6 +64,7 @@ class MPICommunicator(Communicator):
     """A group over an mpi4py intracommunicator."""
 
     backend = "mpi"
+    allocates_pages = True
 
     def __init__(
         self,
@@ -127,14 +133,18 @@ class MPICommunicator(Communicator):
         return float(buf[0])
 
     # ---- buffers ----
-    def alloc(self, nbytes: int) -> np.ndarray:
-        """Zeroed host bytes on a 2 MiB boundary, transparent huge pages requested: here a
-        4 MiB shared-memory sendrecv takes ~90 us on such pages and 200-400 us on 4 KiB ones
-        (numpy's own THP advice covers only the aligned interior). bench/floor.c does the same.
-        The checked call and the warmup touch the pages before anything is timed."""
+    def alloc(self, nbytes: int, pages: str = HUGEPAGE) -> np.ndarray:
+        """Zeroed host bytes on a 2 MiB boundary. `hugepage` (the default) requests transparent
+        huge pages: here a 4 MiB shared-memory sendrecv takes ~90 us on such pages and 200-400
+        us on 4 KiB ones (numpy's own THP advice covers only the aligned interior; bench/floor.c
+        does the same). `plain` asks for 4 KiB pages (MADV_NOHUGEPAGE), what OSU's and IMB's
+        page-aligned malloc gets when THP is `madvise`. The checked call and the warmup touch
+        the pages before anything is timed."""
+        assert pages in (HUGEPAGE, PLAIN), pages
         mm = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            mm.madvise(mmap.MADV_HUGEPAGE)
+        advice = "MADV_HUGEPAGE" if pages == HUGEPAGE else "MADV_NOHUGEPAGE"
+        if hasattr(mmap, advice):
+            mm.madvise(getattr(mmap, advice))
         raw = np.frombuffer(mm, dtype=np.uint8)
         start = -raw.ctypes.data % HUGE_PAGE
         return raw[start : start + nbytes]
@@ -205,20 +215,83 @@ class MPICommunicator(Communicator):
         call = partial(self.comm.Sendrecv, _spec(send), d, 0, _spec(recv), src, 0)
         return self._bound(call, "sendrecv", send, recv, send.size, dest=d, source=src)
 
-    def pingpong(self, buf: np.ndarray, peer: int, initiator: bool) -> Fn:
-        send, recv, b = self.comm.Send, self.comm.Recv, _spec(buf)
+    def pingpong(self, send: np.ndarray, recv: np.ndarray, peer: int, initiator: bool) -> Fn:
+        assert send.size == recv.size, (send.size, recv.size)
+        out, into, s, r = self.comm.Send, self.comm.Recv, _spec(send), _spec(recv)
         if initiator:
 
             def fn() -> None:
-                send(b, peer, 1)
-                recv(b, peer, 1)
+                out(s, peer, 1)
+                into(r, peer, 1)
         else:
 
             def fn() -> None:
-                recv(b, peer, 1)
-                send(b, peer, 1)
+                into(r, peer, 1)
+                out(s, peer, 1)
 
-        return self._bound(fn, "pingpong", None, buf, buf.size, dest=peer, initiator=initiator)
+        return self._bound(fn, "pingpong", send, recv, send.size, dest=peer, initiator=initiator)
+
+    def barrier_op(self, buf: np.ndarray) -> Fn:
+        return self._bound(self.comm.Barrier, "barrier", None, buf, 0)
+
+    def gather(self, send: np.ndarray, recv: np.ndarray, root: int) -> Fn:
+        call = partial(self.comm.Gather, _spec(send), _spec(recv), root)
+        return self._bound(call, "gather", send, recv, send.size, root=root)
+
+    def scatter(self, send: np.ndarray, recv: np.ndarray, root: int) -> Fn:
+        call = partial(self.comm.Scatter, _spec(send), _spec(recv), root)
+        return self._bound(call, "scatter", send, recv, recv.size, root=root)
+
+    def allgatherv(
+        self, send: np.ndarray, recv: np.ndarray, counts: Sequence[int], displs: Sequence[int]
+    ) -> Fn:
+        r = [recv, (list(counts), list(displs)), _mpitype(recv)]
+        call = partial(self.comm.Allgatherv, _spec(send), r)
+        v: tuple[list[int], list[int], list[int], list[int]] = ([], [], list(counts), list(displs))
+        return self._bound(call, "allgatherv", send, recv, send.size, vcounts=v)
+
+    def window(
+        self,
+        send: np.ndarray,
+        recv: np.ndarray,
+        peer: int,
+        initiator: bool,
+        window: int,
+        both: bool,
+    ) -> Fn:
+        assert window <= native.MAX_WINDOW, window
+        s, r, c = _spec(send), _spec(recv), self.comm
+        ack = [recv[:1], _mpitype(recv)]
+
+        def fn() -> None:
+            reqs = []
+            if both or not initiator:
+                reqs += [c.Irecv(r, peer, 2) for _ in range(window)]
+            if both or initiator:
+                reqs += [c.Isend(s, peer, 2) for _ in range(window)]
+            MPI.Request.Waitall(reqs)
+            if both:
+                return
+            if initiator:
+                c.Recv(ack, peer, 3)
+            else:
+                c.Send([send[:1], _mpitype(send)], peer, 3)
+
+        kind = "bibw" if both else "bw"
+        return self._bound(
+            fn, kind, send, recv, send.size, dest=peer, initiator=initiator, window=window
+        )
+
+    def iallreduce(self, send: np.ndarray, recv: np.ndarray, compute: np.ndarray) -> Fn:
+        start, s, r = self.comm.Iallreduce, _spec(send), _spec(recv)
+
+        def fn() -> None:
+            req = start(s, r, MPI.SUM)
+            if compute[0] > 0:
+                spin(float(compute[0]))
+            req.Wait()
+
+        return self._bound(fn, "iallreduce", send, recv, send.size, compute=compute)
 
     def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:
         comm = self.comm
@@ -238,7 +311,10 @@ class MPICommunicator(Communicator):
         return "native" if getattr(fn, "native", None) is not None else "python"
 
     def timing_info(self) -> dict:
-        return {**self._availability.as_meta(), "host_buffers": "2 MiB aligned, THP advised"}
+        return {
+            **self._availability.as_meta(),
+            "host_buffers": "2 MiB aligned; hugepage: THP advised, plain: THP refused",
+        }
 
     def time_loop(
         self, fn: Fn, iters: int, mode: str = PER_ITERATION, timer: str = PRE_ROLL
@@ -248,9 +324,9 @@ class MPICommunicator(Communicator):
         desc = getattr(fn, "native", None)
         if desc is not None:
             assert self._loop is not None  # descriptors are made by this loop
-            return self._loop.time(desc, iters, mode == PIPELINED)
+            return self._loop.time(desc, iters, mode == PIPELINED, self.flush)
         call = getattr(fn, "call", fn)
-        barrier, clock = self.comm.Barrier, time.perf_counter
+        barrier, clock, flush = self.comm.Barrier, time.perf_counter, self.flush
         out = np.empty(iters)
         if mode == PIPELINED:
             barrier()
@@ -260,6 +336,8 @@ class MPICommunicator(Communicator):
             out.fill((clock() - t0) / iters)
             return out
         for i in range(iters):
+            if flush is not None:
+                touch_lines(flush)
             barrier()
             t0 = clock()
             call()

@@ -32,7 +32,7 @@ from mpi4py import MPI
 from commbench.measure.transport.base import Fn
 
 SOURCE = Path(__file__).with_name("native_loop.c")
-ABI = 1  # CB_ABI in native_loop.c
+ABI = 3  # CB_ABI in native_loop.c
 ENV_SWITCH = "COMMBENCH_NATIVE"
 ENV_MPICC = "COMMBENCH_MPICC"
 ENV_CACHE = "COMMBENCH_CACHE_DIR"
@@ -49,7 +49,15 @@ KINDS = {
     "reduce": 7,
     "sendrecv": 8,
     "pingpong": 9,
+    "barrier": 10,
+    "gather": 11,
+    "scatter": 12,
+    "allgatherv": 13,
+    "bw": 14,
+    "bibw": 15,
+    "iallreduce": 16,
 }
+MAX_WINDOW = 1024  # CB_MAX_WINDOW
 
 _int_p = ctypes.POINTER(ctypes.c_int)
 
@@ -72,6 +80,8 @@ class OpDesc(ctypes.Structure):
         ("sdispls", _int_p),
         ("rcounts", _int_p),
         ("rdispls", _int_p),
+        ("window", ctypes.c_int),
+        ("compute_s", ctypes.POINTER(ctypes.c_double)),
     ]
 
 
@@ -93,16 +103,27 @@ class NativeLoop:
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._time = lib.cb_time_loop
-        self._time.argtypes = [ctypes.POINTER(OpDesc), ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        self._time.argtypes = [
+            ctypes.POINTER(OpDesc),
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+        ]
         self._time.restype = ctypes.c_int
         self._call = lib.cb_call
         self._call.argtypes = [ctypes.POINTER(OpDesc)]
         self._call.restype = ctypes.c_int
 
-    def time(self, desc: OpDesc, iters: int, pipelined: bool) -> np.ndarray:
-        """Seconds per call on this rank (see cb_time_loop); the GIL is released meanwhile."""
+    def time(
+        self, desc: OpDesc, iters: int, pipelined: bool, flush: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Seconds per call on this rank (see cb_time_loop); the GIL is released meanwhile.
+        `flush`: scratch whose lines are touched before each iteration (off-cache)."""
         out = np.empty(iters)
-        _raise(self._time(ctypes.byref(desc), iters, int(pipelined), out.ctypes.data))
+        at, n = (flush.ctypes.data, flush.size) if flush is not None else (None, 0)
+        _raise(self._time(ctypes.byref(desc), iters, int(pipelined), out.ctypes.data, at, n))
         return out
 
     def call(self, desc: OpDesc) -> None:
@@ -152,6 +173,8 @@ def describe(
     source: int = 0,
     initiator: bool = False,
     vcounts: tuple[list[int], list[int], list[int], list[int]] | None = None,
+    window: int = 0,
+    compute: np.ndarray | None = None,
 ) -> tuple[OpDesc, tuple] | None:
     """An OpDesc for host numpy buffers (and the arrays it points into), or None when the
     op cannot run natively (device buffers, counts beyond a C int)."""
@@ -171,8 +194,11 @@ def describe(
         dest=dest,
         source=source,
         initiator=int(initiator),
+        window=window,
     )
-    keep: tuple = (comm, dtype, send, recv)
+    keep: tuple = (comm, dtype, send, recv, compute)
+    if compute is not None:  # read by the loop at each call: the runner sets it between loops
+        d.compute_s = compute.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
     if vcounts is not None:
         arrays = [np.ascontiguousarray(v, dtype=np.intc) for v in vcounts]
         d.scounts, d.sdispls, d.rcounts, d.rdispls = (a.ctypes.data_as(_int_p) for a in arrays)

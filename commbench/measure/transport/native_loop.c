@@ -7,9 +7,10 @@
  * The clock is CLOCK_MONOTONIC, the clock of Python's time.perf_counter on Linux.
  */
 #include <mpi.h>
+#include <stddef.h>
 #include <time.h>
 
-#define CB_ABI 1
+#define CB_ABI 3
 
 enum {
     CB_ALLREDUCE = 1,
@@ -21,7 +22,16 @@ enum {
     CB_REDUCE = 7,
     CB_SENDRECV = 8,
     CB_PINGPONG = 9,
+    CB_BARRIER = 10,
+    CB_GATHER = 11,
+    CB_SCATTER = 12,
+    CB_ALLGATHERV = 13,
+    CB_BW = 14,
+    CB_BIBW = 15,
+    CB_IALLREDUCE = 16,
 };
+
+#define CB_MAX_WINDOW 1024
 
 /* Mirrors transport/native.py's OpDesc field by field. */
 typedef struct {
@@ -34,9 +44,13 @@ typedef struct {
     int root;   /* broadcast, reduce */
     int dest;   /* sendrecv (MPI_PROC_NULL allowed), pingpong peer */
     int source; /* sendrecv (MPI_PROC_NULL allowed) */
-    int initiator; /* pingpong: sends first */
-    const int *scounts, *sdispls, *rcounts, *rdispls; /* alltoallv */
+    int initiator; /* pingpong: sends first (from send, into recv: two buffers) */
+    const int *scounts, *sdispls, *rcounts, *rdispls; /* alltoallv; allgatherv: rcounts, rdispls */
+    int window;       /* bw, bibw: messages in flight per direction (osu_bw's window) */
+    const double *compute_s; /* iallreduce: seconds of busy compute between start and wait */
 } cb_op;
+
+static MPI_Request cb_requests[2 * CB_MAX_WINDOW + 1];
 
 int cb_abi(void) { return CB_ABI; }
 
@@ -54,8 +68,53 @@ static inline double cb_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Stand-in for compute: spin (not sleep, which would hand the CPU to MPI), as osu_iallreduce. */
+static void cb_compute(double seconds) {
+    double until = cb_now() + seconds;
+    while (cb_now() < until) {
+    }
+}
+
+/* osu_bw / osu_bibw: `window` messages out (and in), then a 1-element ack back (osu_bw). */
+static int cb_window(const cb_op *op, MPI_Comm comm, MPI_Datatype dt, int both) {
+    int n = 0, rc, w = op->window, sender = op->initiator;
+    if (w > CB_MAX_WINDOW) return -2;
+    if (!sender || both) /* receives first, as osu_bw and osu_bibw post them */
+        for (int i = 0; i < w; i++)
+            if ((rc = MPI_Irecv(op->recv, op->count, dt, op->dest, 2, comm, &cb_requests[n++])))
+                return rc;
+    if (sender || both)
+        for (int i = 0; i < w; i++)
+            if ((rc = MPI_Isend(op->send, op->count, dt, op->dest, 2, comm, &cb_requests[n++])))
+                return rc;
+    if ((rc = MPI_Waitall(n, cb_requests, MPI_STATUSES_IGNORE))) return rc;
+    if (both) return 0;
+    if (sender) return MPI_Recv(op->recv, 1, dt, op->dest, 3, comm, MPI_STATUS_IGNORE);
+    return MPI_Send(op->send, 1, dt, op->dest, 3, comm);
+}
+
 static inline int cb_run(const cb_op *op, MPI_Comm comm, MPI_Datatype dt) {
     switch (op->kind) {
+    case CB_BARRIER:
+        return MPI_Barrier(comm);
+    case CB_GATHER:
+        return MPI_Gather(op->send, op->count, dt, op->recv, op->count, dt, op->root, comm);
+    case CB_SCATTER:
+        return MPI_Scatter(op->send, op->count, dt, op->recv, op->count, dt, op->root, comm);
+    case CB_ALLGATHERV:
+        return MPI_Allgatherv(op->send, op->count, dt, op->recv, op->rcounts, op->rdispls, dt,
+                              comm);
+    case CB_BW:
+        return cb_window(op, comm, dt, 0);
+    case CB_BIBW:
+        return cb_window(op, comm, dt, 1);
+    case CB_IALLREDUCE: {
+        MPI_Request req;
+        int rc = MPI_Iallreduce(op->send, op->recv, op->count, dt, MPI_SUM, comm, &req);
+        if (rc) return rc;
+        if (op->compute_s && *op->compute_s > 0) cb_compute(*op->compute_s);
+        return MPI_Wait(&req, MPI_STATUS_IGNORE);
+    }
     case CB_ALLREDUCE:
         return MPI_Allreduce(op->send, op->recv, op->count, dt, MPI_SUM, comm);
     case CB_ALLGATHER:
@@ -77,22 +136,29 @@ static inline int cb_run(const cb_op *op, MPI_Comm comm, MPI_Datatype dt) {
     case CB_PINGPONG: {
         int rc;
         if (op->initiator) {
-            rc = MPI_Send(op->recv, op->count, dt, op->dest, 1, comm);
+            rc = MPI_Send(op->send, op->count, dt, op->dest, 1, comm);
             return rc ? rc : MPI_Recv(op->recv, op->count, dt, op->dest, 1, comm,
                                       MPI_STATUS_IGNORE);
         }
         rc = MPI_Recv(op->recv, op->count, dt, op->dest, 1, comm, MPI_STATUS_IGNORE);
-        return rc ? rc : MPI_Send(op->recv, op->count, dt, op->dest, 1, comm);
+        return rc ? rc : MPI_Send(op->send, op->count, dt, op->dest, 1, comm);
     }
     default:
         return -1;
     }
 }
 
-/* Seconds per call into out[0..iters): per iteration barrier, clock, op, clock; pipelined:
- * one barrier, iters calls back to back, the mean in every slot. Returns an MPI error code
- * (0 on success, -1 for an unknown kind). */
-int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out) {
+/* Off-cache (IMB -off_cache in spirit): read and write one byte per 64-byte line of a scratch
+ * larger than the caches, evicting the op's buffers before an iteration. */
+static void cb_flush(volatile unsigned char *scratch, size_t n) {
+    for (size_t j = 0; j < n; j += 64) scratch[j]++;
+}
+
+/* Seconds per call into out[0..iters): per iteration [flush,] barrier, clock, op, clock;
+ * pipelined: one barrier, iters calls back to back, the mean in every slot. Returns an MPI
+ * error code (0 on success, -1 for an unknown kind). */
+int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out, unsigned char *flush,
+                 size_t flush_bytes) {
     MPI_Comm comm = *(const MPI_Comm *)op->comm;
     MPI_Datatype dt = *(const MPI_Datatype *)op->dtype;
     int rc;
@@ -106,6 +172,7 @@ int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out) {
         return 0;
     }
     for (int i = 0; i < iters; i++) {
+        if (flush) cb_flush(flush, flush_bytes);
         if ((rc = MPI_Barrier(comm))) return rc;
         double t0 = cb_now();
         rc = cb_run(op, comm, dt);

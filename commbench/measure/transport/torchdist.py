@@ -46,6 +46,7 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "int32": torch.int32,
     "float64": torch.float64,
+    "int8": torch.int8,
 }
 
 
@@ -169,7 +170,7 @@ class TorchCommunicator(Communicator):
         return box[0]
 
     # ---- buffers ----
-    def alloc(self, nbytes: int) -> torch.Tensor:
+    def alloc(self, nbytes: int, pages: str = "torch") -> torch.Tensor:
         return torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
 
     def view(self, raw: torch.Tensor, nbytes: int, dtype: str, offset: int = 0) -> torch.Tensor:
@@ -254,18 +255,18 @@ class TorchCommunicator(Communicator):
 
         return fn
 
-    def pingpong(self, buf: torch.Tensor, peer: int, initiator: bool) -> Fn:
+    def pingpong(self, send: torch.Tensor, recv: torch.Tensor, peer: int, initiator: bool) -> Fn:
         g, p = self.group, self._g(peer)
         if initiator:
 
             def fn() -> None:
-                dist.send(buf, p, group=g)
-                dist.recv(buf, p, group=g)
+                dist.send(send, p, group=g)
+                dist.recv(recv, p, group=g)
         else:
 
             def fn() -> None:
-                dist.recv(buf, p, group=g)
-                dist.send(buf, p, group=g)
+                dist.recv(recv, p, group=g)
+                dist.send(send, p, group=g)
 
         return fn
 

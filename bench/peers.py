@@ -1,0 +1,240 @@
+"""commbench beside the C tools OSU and IMB users know: the side-by-side ratio table.
+
+    python bench/peers.py --osu ~/src/osu-micro-benchmarks-7.4 --imb ~/src/mpi-benchmarks \
+        [--ranks 2,4] [--rounds 5] [--buffers plain] [--max 4M]
+
+Builds OSU Micro-Benchmarks (configure + make of the pt2pt and blocking collective programs)
+and IMB-MPI1 from the source directories given, with the mpicc of the MPI mpi4py loaded, into
+bench/_build/peers/ (nothing is downloaded), then runs rounds, interleaved tool by tool
+(commbench, OSU, IMB, commbench, ...), of pingpong, allreduce, allgather and alltoall from 8 B
+to 4 MiB on each rank count, and prints, per (op, ranks, size), the median over rounds of
+commbench's time divided by each tool's, both measured in the same round.
+
+Like for like: the sizes are OSU's and IMB's (per rank for allgather/alltoall: commbench
+runs `--per-rank-size`), bytes as int8 (MPI_CHAR/MPI_BYTE) except allreduce in float32
+(OSU `-T mpi_float`, IMB's MPI_FLOAT reductions); the tools' average over iterations (and
+ranks) against commbench's mean (`time_mean_us`; `--stat time_us` for its median of the max
+over ranks); pingpong timed back to back (`--timing pipelined`), as osu_latency and IMB
+PingPong; commbench's buffers in the same mode as the tools' own (`plain`: 4 KiB pages,
+what their page-aligned malloc gets under THP `madvise`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import BUILD, Row, commbench, mpirun, tool, write_rows  # noqa: E402
+
+OPS = ("pingpong", "allreduce", "allgather", "alltoall")
+OSU_PROGRAMS = {
+    "pingpong": "c/mpi/pt2pt/standard/osu_latency",
+    "allreduce": "c/mpi/collective/blocking/osu_allreduce",
+    "allgather": "c/mpi/collective/blocking/osu_allgather",
+    "alltoall": "c/mpi/collective/blocking/osu_alltoall",
+}
+OSU_TYPE = {"allreduce": ["-T", "mpi_float"]}  # the others move MPI_CHAR, as by default
+IMB_BENCHMARKS = {"pingpong": "PingPong", "allreduce": "Allreduce"}
+IMB_BENCHMARKS |= {"allgather": "Allgather", "alltoall": "Alltoall"}
+DTYPE = {"allreduce": "float32"}  # commbench: the others as int8 bytes
+BUILD_TIMEOUT_S = 1800
+Key = tuple[str, str, int, int]  # (tool, op, ranks, size)
+
+
+# ---- building --------------------------------------------------------------------------------
+def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
+    p = subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env
+    )
+    if p.returncode:
+        sys.exit(f"peers: {' '.join(cmd)} in {cwd} failed:\n{(p.stdout + p.stderr)[-3000:]}")
+
+
+def build_osu(src: Path, work: Path) -> Path:
+    """OSU's programs, configured and made in a copy of `src` under `work` (once)."""
+    tree = work / "osu"
+    if all((tree / prog).exists() for prog in OSU_PROGRAMS.values()):
+        return tree
+    if not (src / "configure").exists():
+        sys.exit(f"peers: {src} is not an OSU Micro-Benchmarks source tree (no configure)")
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(src, tree, symlinks=True)
+    if all((tree / prog).exists() for prog in OSU_PROGRAMS.values()):
+        return tree  # the tree given was built already
+    cc = tool("mpicc")
+    _run(["./configure", f"CC={cc}", f"CXX={Path(cc).with_name('mpicxx')}"], tree)
+    for sub in ("c/util", "c/mpi/pt2pt/standard", "c/mpi/collective/blocking"):
+        _run(["make", "-j2"], tree / sub)
+    return tree
+
+
+def build_imb(src: Path, work: Path) -> Path:
+    """IMB-MPI1, made in a copy of `src` under `work` (once)."""
+    tree = work / "imb"
+    if (tree / "IMB-MPI1").exists():
+        return tree / "IMB-MPI1"
+    if not (src / "src_cpp").is_dir():
+        sys.exit(f"peers: {src} is not an Intel MPI Benchmarks source tree (no src_cpp/)")
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(src, tree, symlinks=True)
+    if (tree / "IMB-MPI1").exists():
+        return tree / "IMB-MPI1"  # the tree given was built already
+    cc = tool("mpicc")
+    _run(["make", "IMB-MPI1", f"CC={cc}", f"CXX={Path(cc).with_name('mpicxx')}"], tree)
+    return tree / "IMB-MPI1"
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+def parse_osu(text: str) -> dict[int, float]:
+    """Size -> average latency (us) of an OSU latency or collective table."""
+    out = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if len(cells) >= 2 and cells[0].isdigit():
+            out[int(cells[0])] = float(cells[1])
+    return out
+
+
+def parse_imb(text: str) -> dict[str, dict[int, float]]:
+    """Benchmark -> size -> time (us): PingPong's t[usec], a collective's t_avg[usec]."""
+    out: dict[str, dict[int, float]] = {}
+    bench, column = None, None
+    for line in text.splitlines():
+        if line.startswith("# Benchmarking "):
+            bench, column = line.split()[2], None
+            out.setdefault(bench, {})
+        elif "#bytes" in line:
+            heads = line.split()
+            column = (
+                heads.index("t_avg[usec]") if "t_avg[usec]" in heads else heads.index("t[usec]")
+            )
+        elif bench and column is not None:
+            cells = line.split()
+            if len(cells) > column and cells[0].isdigit() and int(cells[0]) > 0:
+                out[bench][int(cells[0])] = float(cells[column])
+    return out
+
+
+# ---- one round ------------------------------------------------------------------------------
+def run_commbench(op: str, n: int, hi: int, args: argparse.Namespace) -> dict[int, float]:
+    """Size (OSU's) -> commbench's time (us) of one sweep."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["run", op, "-m", f"8:{hi}", "--per-rank-size", "-d", DTYPE.get(op, "int8")]
+        argv += ["--buffers", args.buffers, "--results", tmp, "--run-id", "r"]
+        argv += ["--timing", "pipelined"] if op == "pingpong" else []
+        mpirun(n, commbench(*argv), timeout=900)
+        records = [json.loads(line) for line in (Path(tmp) / "r" / "records.jsonl").open()]
+    per = {r["op"]: r for r in records}
+    assert len(per) == 1, per.keys()
+    scale = n if op in ("allgather", "alltoall") else 1  # S = p x the per-rank size
+    return {r["bytes"] // scale: float(r[args.stat]) for r in records if r["wrong"] == 0}
+
+
+def one_round(osu: Path | None, imb: Path | None, ranks: list[int], hi: int, args) -> dict:
+    """Every (tool, op, ranks, size) once, tool by tool within each rank count and op."""
+    got: dict[Key, float] = {}
+    for n in ranks:
+        for op in OPS:
+            if op == "pingpong" and n != 2:
+                continue
+            for size, t in run_commbench(op, n, hi, args).items():
+                got["commbench", op, n, size] = t
+            if osu is not None:
+                argv = [str(osu / OSU_PROGRAMS[op]), "-m", f"8:{hi}", *OSU_TYPE.get(op, [])]
+                for size, t in parse_osu(mpirun(n, argv, timeout=900)).items():
+                    got["osu", op, n, size] = t
+            if imb is not None:
+                argv = [str(imb), "-msglog", f"3:{hi.bit_length() - 1}", "-time", "60"]
+                argv += ["-npmin", str(n), IMB_BENCHMARKS[op]]
+                for size, t in (
+                    parse_imb(mpirun(n, argv, timeout=900)).get(IMB_BENCHMARKS[op], {}).items()
+                ):
+                    got["imb", op, n, size] = t
+    return got
+
+
+# ---- the table -------------------------------------------------------------------------------
+def ratio_table(rounds: list[dict[Key, float]], peer: str) -> dict[tuple[str, int, int], float]:
+    """(op, ranks, size) -> median over rounds of commbench / `peer`, each ratio taken within
+    one round (the load of a shared machine drifts between rounds)."""
+    ratios: dict[tuple[str, int, int], list[float]] = {}
+    for got in rounds:
+        for (who, op, n, size), t in got.items():
+            if who != peer or t <= 0 or ("commbench", op, n, size) not in got:
+                continue
+            ratios.setdefault((op, n, size), []).append(got["commbench", op, n, size] / t)
+    return {k: statistics.median(v) for k, v in sorted(ratios.items())}
+
+
+def print_table(tables: dict[str, dict[tuple[str, int, int], float]], lo: float, hi: float) -> int:
+    """One row per (op, ranks, size), one column per peer; returns cells outside [lo, hi]."""
+    peers = list(tables)
+    keys = sorted({k for t in tables.values() for k in t})
+    print(f"{'op':>10} {'ranks':>5} {'size(B)':>9} " + " ".join(f"{p + '/x':>8}" for p in peers))
+    outside = 0
+    for k in keys:
+        cells = []
+        for p in peers:
+            r = tables[p].get(k)
+            outside += r is not None and not lo <= r <= hi
+            cells.append(f"{r:8.2f}" if r is not None else f"{'-':>8}")
+        print(f"{k[0]:>10} {k[1]:>5} {k[2]:>9} " + " ".join(cells))
+    return outside
+
+
+def main() -> int:
+    from commbench.sizes import parse_size
+
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--osu", type=Path, help="OSU Micro-Benchmarks source directory")
+    ap.add_argument("--imb", type=Path, help="Intel MPI Benchmarks source directory")
+    ap.add_argument("--ranks", default="2,4", help="rank counts (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
+    ap.add_argument("--max", default="4M", help="largest size, a power of 2 (default: 4M)")
+    ap.add_argument("--buffers", choices=("plain", "hugepage"), default="plain")
+    ap.add_argument("--stat", choices=("time_mean_us", "time_us"), default="time_mean_us")
+    ap.add_argument("--json", default=None, help="write the headline rows here")
+    args = ap.parse_args()
+    if not (args.osu or args.imb):
+        ap.error("give --osu and/or --imb source directories (nothing is downloaded)")
+    work = BUILD / "peers"
+    osu = build_osu(args.osu.resolve(), work) if args.osu else None
+    imb = build_imb(args.imb.resolve(), work) if args.imb else None
+    ranks = [int(r) for r in args.ranks.split(",")]
+    hi = parse_size(args.max, "--max")
+    rounds = []
+    for i in range(args.rounds):
+        print(f"# round {i + 1} of {args.rounds}", file=sys.stderr, flush=True)
+        try:
+            rounds.append(one_round(osu, imb, ranks, hi, args))
+        except SystemExit as e:  # a job failed (the launcher, under load): keep what finished
+            print(f"# round {i + 1} stopped: {e}", file=sys.stderr, flush=True)
+            break
+    if not rounds:
+        sys.exit("peers: no round finished")
+    peers = {"osu": osu, "imb": imb}
+    tables = {p: ratio_table(rounds, p) for p, where in peers.items() if where is not None}
+    print(f"# commbench time / peer time ({args.stat}), median of {len(rounds)} interleaved "
+          f"rounds; buffers {args.buffers}")  # fmt: skip
+    outside = print_table(tables, 0.9, 1.1)
+    print(f"# cells outside 0.9-1.1x: {outside}")
+    rows = [
+        Row("peers", f"commbench/{p} median ratio", statistics.median(t.values()), "x", "0.9-1.1")
+        for p, t in tables.items()
+        if t
+    ]
+    write_rows(args.json, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""bench/peers.py's table logic, pure: the OSU and IMB tables it reads and the ratio it prints
+(median over rounds of the ratio within each round). Building and running the C tools needs
+their sources and is the benchmark's job, not a test's."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from conftest import REPO
+
+OSU_LOG = """\
+# OSU MPI-CUDA Latency Test v7.4
+# Datatype: MPI_CHAR.
+# Size       Avg Latency(us)
+8                       0.42
+16                      0.48
+4194304               612.30
+"""
+IMB_LOG = """\
+#----------------------------------------------------------------
+# Benchmarking PingPong
+# #processes = 2
+#----------------------------------------------------------------
+       #bytes #repetitions      t[usec]   Mbytes/sec
+            0         1000         0.21         0.00
+            8         1000         0.40        20.12
+#----------------------------------------------------------------
+# Benchmarking Allreduce
+# #processes = 2
+#----------------------------------------------------------------
+       #bytes #repetitions  t_min[usec]  t_max[usec]  t_avg[usec]
+            0         1000         0.09         0.09         0.09
+            8         1000         0.65         0.69         0.67
+"""
+
+
+@pytest.fixture(scope="module")
+def peers():
+    sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location("peers", REPO / "bench" / "peers.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_reads_osu_tables(peers):
+    assert peers.parse_osu(OSU_LOG) == {8: 0.42, 16: 0.48, 4194304: 612.30}
+
+
+def test_reads_imb_pingpong_time_and_collective_average_without_zero_bytes(peers):
+    got = peers.parse_imb(IMB_LOG)
+    assert got == {"PingPong": {8: 0.40}, "Allreduce": {8: 0.67}}
+
+
+def test_ratio_is_the_median_over_rounds_of_ratios_within_a_round(peers):
+    # the load drifts: round 2 is slow for both tools; the ratio of medians would say 2x
+    rounds = [
+        {("commbench", "allreduce", 2, 8): 2.0, ("osu", "allreduce", 2, 8): 1.0},
+        {("commbench", "allreduce", 2, 8): 3.0, ("osu", "allreduce", 2, 8): 3.0},
+        {("commbench", "allreduce", 2, 8): 1.0, ("osu", "allreduce", 2, 8): 1.0},
+        {("osu", "allreduce", 2, 16): 1.0},  # no commbench time this round: no ratio
+    ]
+    assert peers.ratio_table(rounds, "osu") == {("allreduce", 2, 8): 1.0}
+    assert peers.ratio_table(rounds, "imb") == {}
+
+
+def test_table_counts_cells_outside_the_band(peers, capsys):
+    tables = {"osu": {("pingpong", 2, 8): 0.95, ("pingpong", 2, 16): 1.3}, "imb": {}}
+    assert peers.print_table(tables, 0.9, 1.1) == 1
+    out = capsys.readouterr().out
+    assert "1.30" in out and "0.95" in out
