@@ -15,16 +15,11 @@ from commbench.results.rundir import read_run
 from commbench.traffic import patterns
 from commbench.traffic.execution import fit_budget, plan
 from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.overrides import Overrides, apply_overrides
 from commbench.traffic.points import expand
 from commbench.traffic.presets import get_model
 from commbench.traffic.program import Step
-from commbench.traffic.suitefile import (
-    Overrides,
-    apply_overrides,
-    load_suite,
-    parse_degree,
-    suite_names,
-)
+from commbench.traffic.suitefile import load_suite, parse_degree, suite_names
 
 from conftest import REPO, job_env, needs_torch, run_mpi, run_single
 

@@ -403,8 +403,9 @@ def test_no_point_on_an_odd_world_blames_divisibility_not_the_rank_count(tmp_pat
 def test_a_config_two_runs_share_is_measured_once():
     """`suite ep --set router=zipf`: ep-router's sweep collapses onto zipf, which ep-capacity's
     default capacity factor also measures; the same configuration must not run twice."""
+    from commbench.traffic.overrides import Overrides, apply_overrides
     from commbench.traffic.points import expand
-    from commbench.traffic.suitefile import Overrides, apply_overrides, load_suite
+    from commbench.traffic.suitefile import load_suite
 
     suite = apply_overrides(load_suite("ep"), Overrides(options={"router": "zipf"}))
     points = expand(suite, 8)

@@ -92,15 +92,15 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
     from commbench.measure.launch import detect
     from commbench.traffic.bounds import parse_max_bytes
     from commbench.traffic.layout import parse_order
-    from commbench.traffic.points import dropped_runs, expand
-    from commbench.traffic.presets import parse_model_arg
-    from commbench.traffic.suitefile import (
+    from commbench.traffic.overrides import (
         Overrides,
         apply_overrides,
-        load_suite,
         parse_assignments,
         parse_degree_flags,
     )
+    from commbench.traffic.points import dropped_runs, expand
+    from commbench.traffic.presets import parse_model_arg
+    from commbench.traffic.suitefile import load_suite
 
     suite = load_suite(args.suite, args.quick)
     order = parse_order(args.order, "--order") if args.order is not None else None

@@ -251,7 +251,7 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
     patterns.make_options(spec.name, options, f"{where}.options")
     sweep = {}
     for key, values in _mapping(
-        raw.get("sweep") or {}, f"{where}.sweep", _option_names(spec)
+        raw.get("sweep") or {}, f"{where}.sweep", option_names(spec)
     ).items():
         if not isinstance(values, list) or not values:
             raise UsageError(f"{where}.sweep.{key}: expected a non-empty list of values")
@@ -277,7 +277,7 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
     )
 
 
-def _option_names(spec: patterns.PatternSpec) -> tuple[str, ...]:
+def option_names(spec: patterns.PatternSpec) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(spec.Options))
 
 
@@ -321,81 +321,3 @@ def load_suite(ref: str | Path, quick: bool = False, _seen: tuple = (), _base=No
     if not runs:
         raise UsageError(f"{where}: no runs (give runs: or include:)")
     return Suite(path.stem, path, description, tuple(runs), timing, max_bytes)
-
-
-# ---- overrides from the command line ----
-@dataclass(frozen=True)
-class Overrides:
-    """`--model`, `--set`, `--degree`, `--order` applied to every run they fit."""
-
-    models: tuple[ModelShape, ...] = ()
-    options: dict[str, Any] = field(default_factory=dict)
-    degrees: dict[str, DegreeSpec] = field(default_factory=dict)
-    order: tuple[Axis, ...] | None = None
-
-
-def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
-    """KEY=VALUE flags, values read as YAML scalars or lists (`--set router=zipf`)."""
-    import yaml
-
-    out = {}
-    for item in items or []:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
-
-
-def parse_degree_flags(items: list[str] | None) -> dict[str, DegreeSpec]:
-    out = {}
-    for item in items or []:
-        axis, eq, value = item.partition("=")
-        axis = axis.strip()
-        if not eq or axis not in DEGREE_AXES:
-            raise UsageError(
-                f"--degree {item!r}: expected AXIS=VALUES with AXIS one of {', '.join(DEGREE_AXES)}"
-            )
-        out[axis] = parse_degree(value.strip(), f"--degree {axis}")
-    return out
-
-
-def apply_overrides(suite: Suite, ov: Overrides) -> Suite:
-    """The suite with command-line overrides applied (validated like the file)."""
-    used = set()
-    runs = []
-    for run in suite.runs:
-        spec = patterns.get(run.pattern)
-        names = _option_names(spec)
-        options, sweep = dict(run.options), dict(run.sweep)
-        for k, v in ov.options.items():
-            if k in names:
-                used.add(k)
-                options[k] = v
-                sweep.pop(k, None)
-        patterns.make_options(run.pattern, options, "--set")
-        models = run.models
-        if ov.models and spec.needs_model:
-            models = tuple(m for m in ov.models if m.is_moe or not spec.needs_moe)
-        degrees = dict(run.degrees)
-        if spec.axis is not None:
-            degrees.update(ov.degrees)
-        runs.append(
-            dataclasses.replace(
-                run,
-                options=options,
-                sweep=sweep,
-                models=models,
-                degrees=degrees,
-                order=ov.order or run.order,
-            )
-        )
-    unknown = set(ov.options) - used
-    if unknown:
-        raise UsageError(
-            f"--set {sorted(unknown)[0]}: no run of suite {suite.name} has this option"
-        )
-    return dataclasses.replace(suite, runs=tuple(runs))

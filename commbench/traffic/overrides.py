@@ -1,0 +1,97 @@
+"""Command-line overrides of a suite (`--model`, `--set`, `--degree`, `--order`): parsed and
+applied to every run of a loaded suite they fit, validated as the suite file itself is."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from commbench.errors import UsageError
+from commbench.traffic import patterns
+from commbench.traffic.layout import Axis
+from commbench.traffic.model import ModelShape
+from commbench.traffic.suitefile import (
+    DEGREE_AXES,
+    DegreeSpec,
+    Suite,
+    option_names,
+    parse_degree,
+)
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """`--model`, `--set`, `--degree`, `--order` applied to every run they fit."""
+
+    models: tuple[ModelShape, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    degrees: dict[str, DegreeSpec] = field(default_factory=dict)
+    order: tuple[Axis, ...] | None = None
+
+
+def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
+    """KEY=VALUE flags, values read as YAML scalars or lists (`--set router=zipf`)."""
+    import yaml
+
+    out = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def parse_degree_flags(items: list[str] | None) -> dict[str, DegreeSpec]:
+    out = {}
+    for item in items or []:
+        axis, eq, value = item.partition("=")
+        axis = axis.strip()
+        if not eq or axis not in DEGREE_AXES:
+            raise UsageError(
+                f"--degree {item!r}: expected AXIS=VALUES with AXIS one of {', '.join(DEGREE_AXES)}"
+            )
+        out[axis] = parse_degree(value.strip(), f"--degree {axis}")
+    return out
+
+
+def apply_overrides(suite: Suite, ov: Overrides) -> Suite:
+    """The suite with command-line overrides applied (validated like the file)."""
+    used = set()
+    runs = []
+    for run in suite.runs:
+        spec = patterns.get(run.pattern)
+        names = option_names(spec)
+        options, sweep = dict(run.options), dict(run.sweep)
+        for k, v in ov.options.items():
+            if k in names:
+                used.add(k)
+                options[k] = v
+                sweep.pop(k, None)
+        patterns.make_options(run.pattern, options, "--set")
+        models = run.models
+        if ov.models and spec.needs_model:
+            models = tuple(m for m in ov.models if m.is_moe or not spec.needs_moe)
+        degrees = dict(run.degrees)
+        if spec.axis is not None:
+            degrees.update(ov.degrees)
+        runs.append(
+            dataclasses.replace(
+                run,
+                options=options,
+                sweep=sweep,
+                models=models,
+                degrees=degrees,
+                order=ov.order or run.order,
+            )
+        )
+    unknown = set(ov.options) - used
+    if unknown:
+        raise UsageError(
+            f"--set {sorted(unknown)[0]}: no run of suite {suite.name} has this option"
+        )
+    return dataclasses.replace(suite, runs=tuple(runs))
