@@ -19,6 +19,7 @@ import pytest
 from commbench.commands.emulate import command_line
 from commbench.emulate import jobs, netns
 from commbench.emulate.topology import (
+    ENV_TAG,
     EmulatedCluster,
     format_rate,
     goodput_bytes_per_s,
@@ -45,6 +46,12 @@ def test_rates_in_tc_units(text, bps):
 def test_bad_rates_are_usage_errors(text):
     with pytest.raises(UsageError, match="link rate"):
         parse_rate(text)
+
+
+def test_the_name_prefix_is_checked():
+    assert EmulatedCluster(nodes=2, ranks_per_node=1, link_rate_bps=1e9, tag="cbx1").tag == "cbx1"
+    with pytest.raises(UsageError, match="COMMBENCH_EMULATE_TAG"):
+        EmulatedCluster(nodes=2, ranks_per_node=1, link_rate_bps=1e9, tag="my-cluster")
 
 
 def test_slow_node_and_cluster_bounds():
@@ -196,12 +203,17 @@ needs_root = pytest.mark.skipif(
 )
 
 
+TAG = f"cbt{os.getpid() % 100:02d}"  # this test session's emulations, apart from any other
+
+
 def _system_state() -> dict[str, str]:
-    """What the caller's namespace shows: namespaces, links, qdiscs (names and kinds)."""
+    """What the caller's namespace shows: links, qdiscs, and this session's namespaces (an
+    emulation someone else runs meanwhile has its own tag)."""
     run = lambda *a: subprocess.run(a, capture_output=True, text=True, timeout=10).stdout  # noqa: E731
     links = [line.split(":")[1].strip() for line in run("ip", "-o", "link").splitlines()]
+    ours = [ns for ns in netns.list_namespaces() if ns.startswith(TAG)]
     return {
-        "netns": run("ip", "netns", "list"),
+        "netns": " ".join(sorted(ours)),
         "links": " ".join(sorted(links)),
         "qdiscs": run("tc", "qdisc", "show"),
     }
@@ -210,7 +222,9 @@ def _system_state() -> dict[str, str]:
 @needs_root
 def test_build_and_teardown_leave_nothing_behind():
     before = _system_state()
-    c = EmulatedCluster(nodes=2, ranks_per_node=2, link_rate_bps=3e8, slow_nodes={1: 1.5e8})
+    c = EmulatedCluster(
+        nodes=2, ranks_per_node=2, link_rate_bps=3e8, slow_nodes={1: 1.5e8}, tag=TAG
+    )
     netns.create(c)
     try:
         assert set(c.namespaces()) <= set(netns.list_namespaces())
@@ -237,7 +251,7 @@ def _emulate(*args: str, timeout: float = 240, env: dict | None = None) -> subpr
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=job_env(env),
+        env=job_env({ENV_TAG: TAG, **(env or {})}),
         cwd=REPO,
         start_new_session=True,
     )
@@ -377,7 +391,7 @@ def test_ctrl_c_stops_the_job_and_tears_everything_down(tmp_path):
     meta = json.loads((tmp_path / "c" / "meta.json").read_text())
     assert meta["status"] == "interrupted", out
     assert _system_state() == before
-    assert not [ns for ns in netns.list_namespaces() if ns.startswith("cb")]
+    assert not [ns for ns in netns.list_namespaces() if ns.startswith(TAG)]
 
 
 def test_emulate_is_in_the_command_registry():

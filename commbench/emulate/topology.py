@@ -10,6 +10,7 @@ payload share of a frame (tbf counts the Ethernet header; IPv4 + TCP with timest
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -48,6 +49,14 @@ NODE_SYSCTLS = {
     # an idle connection keeps its congestion window (RDMA links have no slow start either)
     "net.ipv4.tcp_slow_start_after_idle": "0",
 }
+
+ENV_TAG = "COMMBENCH_EMULATE_TAG"  # the prefix of every name an emulation creates
+
+
+def default_tag() -> str:
+    """`cb` and 4 random hex digits, or $COMMBENCH_EMULATE_TAG (to find or script the names)."""
+    return os.environ.get(ENV_TAG) or "cb" + secrets.token_hex(2)
+
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -97,7 +106,7 @@ class EmulatedCluster:
     ranks_per_node: int
     link_rate_bps: float
     slow_nodes: Mapping[int, float] = field(default_factory=dict)
-    tag: str = field(default_factory=lambda: "cb" + secrets.token_hex(2))
+    tag: str = field(default_factory=lambda: default_tag())
     mtu: int = MTU
 
     def __post_init__(self) -> None:
@@ -110,7 +119,11 @@ class EmulatedCluster:
         for node in self.slow_nodes:
             if not 0 <= node < self.nodes:
                 raise UsageError(f"--slow-node {node}: nodes are numbered 0..{self.nodes - 1}")
-        assert re.fullmatch(r"[a-z][a-z0-9]{1,6}", self.tag), self.tag
+        if not re.fullmatch(r"cb[a-z0-9]{1,5}", self.tag):
+            raise UsageError(
+                f"{ENV_TAG}={self.tag!r}: 'cb' and 1-5 lowercase letters or digits "
+                "(namespace and link names have a 15-character limit)"
+            )
 
     @property
     def world(self) -> int:
