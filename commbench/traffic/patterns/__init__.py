@@ -191,8 +191,8 @@ def training_step(
 ) -> dict[str, Program]:
     """Every strategy's Program for one training step of `layout`: tp (tp > 1), cp (cp > 1),
     pp (pp > 1), ep (ep > 1), the gradient traffic, dp (zero_stage 0) or zero (1-3),
-    when dp x cp > 1, and framework's embedding / LM head / loss / grad-norm ops where
-    there are any (pattern step runs them all in order). `workload` keys (seq_len, micro_batch, micro_batches, dtype,
+    when dp x cp > 1 (pattern step adds framework's embedding / LM head / loss ops and runs
+    them all in order). `workload` keys (seq_len, micro_batch, micro_batches, dtype,
     sequence_parallel, ...) go to every pattern that has them; `options[name]` to one."""
     import dataclasses
 
@@ -204,7 +204,6 @@ def training_step(
         "ep": layout.ep > 1 and model.is_moe,
         "dp": zero_stage == 0 and layout.dp * layout.cp > 1,
         "zero": zero_stage > 0 and layout.dp * layout.cp > 1,
-        "framework": True,
     }
     out = {}
     for name, on in used.items():
@@ -215,7 +214,5 @@ def training_step(
         if name == "zero":
             opts["stage"] = zero_stage
         opts.update(options.get(name, {}))
-        prog = build(name, layout, model, make_options(name, opts, f"options.{name}"))
-        if prog.steps or name != framework.NAME:
-            out[name] = prog
+        out[name] = build(name, layout, model, make_options(name, opts, f"options.{name}"))
     return out

@@ -17,8 +17,9 @@ the workload, for the `step` pattern and the planner to share:
   grad-norm all-reduce of one fp32 over the model-parallel ranks (tp x pp; every rank with the
   distributed optimizer, whose grads are sharded);
 - the MoE token-count all-to-all of E int64 counts per MoE layer (MoEAlltoAllTokenDispatcher)
-  and, with tp > 1, the all-gather over tp of the received tokens after the dispatch and the
-  reduce-scatter before the combine (and their mirror in backward).
+  and, with tp > 1 and experts sharded over tp (expert_tensor_parallel), the all-gather over
+  tp of the received tokens after the dispatch and the reduce-scatter before the combine (and
+  their mirror in backward).
 
 int64 buffers move as 8-byte float64 elements: a broadcast or all-to-all does not look at them.
 """
@@ -167,10 +168,13 @@ def moe_tp(layout: ParallelLayout, recv_bytes: int, moe_layers: float, dt: str) 
 @dataclass(frozen=True)
 class Options(ep.Options):
     """The workload, sequence parallel, the distributed optimizer (grad norm over every
-    rank) and EP routing as pattern ep's (the received tokens the expert TP gathers)."""
+    rank), expert_tensor_parallel (experts sharded over tp, Megatron-Core's ETP = TP: the
+    received tokens are gathered over tp; off, ETP = 1 as pattern ep models it, each TP rank
+    routes its own tokens) and EP routing as pattern ep's."""
 
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
+    expert_tensor_parallel: bool = False
 
 
 def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[str, list[Step]]:
@@ -189,7 +193,7 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
         split, _, routing = ep.routed(layout, model, options, math.ceil(tokens / layout.tp))
         n = routing["moe_layers"] * m
         recv = max(sum(col) for col in zip(*split))
-        expert_tp = moe_tp(layout, recv, n, dt)
+        expert_tp = moe_tp(layout, recv, n, dt) if options.expert_tensor_parallel else []
         out.update(
             moe_counts=token_counts(layout, model, n),
             moe_forward=expert_tp[:2],

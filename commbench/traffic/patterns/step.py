@@ -65,7 +65,6 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
     if options.distributed_optimizer:
         zero = 1
         per["zero"] = {"grad_dtype": "float32", "bucket_mb": distopt_bucket_mb(layout)}
-        per["framework"] = {"distributed_optimizer": True}
     return training_step(layout, model, workload, zero, per)
 
 
@@ -74,6 +73,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     seq = options.seq(model)
     check(layout, model, seq, options.sequence_parallel or (model.is_moe and layout.ep > 1))
     progs = parts(layout, model, options)
+    progs[framework.NAME] = framework.build(layout, model, options)
     extra = framework.parts(layout, model, options)
 
     def of(name: str, *phases: str) -> list[Step]:
