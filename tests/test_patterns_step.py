@@ -14,6 +14,8 @@ from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.presets import get_model
 
+from conftest import run_mpi, run_single
+
 LLAMA = get_model("llama-7b")
 MIXTRAL = get_model("mixtral-8x7b")
 B, S_LEN, H = 1, 2048, 4096
@@ -131,3 +133,32 @@ def test_step_is_the_sum_of_the_planners_parts():
 def test_degrees_that_do_not_fit_the_model(degrees, what):
     with pytest.raises(UsageError, match=what):
         step(world=degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1), **degrees)
+
+
+def test_suite_step_dry_run_prints_the_whole_program():
+    job = run_single("suite", "step", "--quick", "--dry-run", "--world", "8")
+    assert job.returncode == 0, job.output
+    for label in ("batch tokens/labels/pos", "cross entropy", "MoE token counts", "grad norm"):
+        assert label in job.stdout
+    assert "1F1B p=2 m=4" in job.stdout and "dense params" in job.stdout  # pp, distopt
+
+
+def test_suite_step_bad_degree_exits_2():
+    job = run_single("suite", "step", "--quick", "--dry-run", "--world", "6", "--degree", "tp=3")
+    assert job.returncode == 2 and "tp=3 does not divide the 8 heads" in job.stderr, job.output
+    assert "Traceback" not in job.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_suite_step_on_8_ranks(tmp_path, backend):
+    """Every config of the quick step suite on 8 ranks, every op checked exactly, with the
+    step's time split by axis and phase."""
+    job = run_mpi(
+        8, "suite", "step", "--quick", "--backend", backend, "--results", str(tmp_path),
+        "--run-id", "s", timeout=300,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of 12 (checked)" in job.stdout
+    assert "raw communication by axis: " in job.stdout
+    assert "raw communication by phase: " in job.stdout
