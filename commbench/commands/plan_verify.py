@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
-from commbench.commands import common
+from commbench.commands.argtypes import DEFAULT_RESULTS, positive_float, positive_int
 
 SUITE = "plan-verify"
 VERIFY_BUDGET_S = 0.05  # timed seconds per measured op
@@ -22,19 +22,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("verification (under a launcher)")
     g.add_argument(
         "--verify",
-        type=common.positive_int,
+        type=positive_int,
         default=None,
         metavar="K",
         help="measure the top K planned configs that fit the launched world and compare "
         "with the prediction (needs --calibration measured on this world)",
     )
-    g.add_argument(
-        "--results", type=Path, default=common.DEFAULT_RESULTS, help="where --verify writes"
-    )
+    g.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where --verify writes")
     g.add_argument("--run-id", default=None, help="name --verify's run directory")
     g.add_argument(
         "--budget",
-        type=common.positive_float,
+        type=positive_float,
         default=VERIFY_BUDGET_S,
         help=f"--verify: timed seconds per op (default: {VERIFY_BUDGET_S})",
     )
@@ -43,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, req, cal, result) -> int:
     """Measure and compare; UsageErrors (K too large, world mismatch) come before any
     communication, identically on every rank."""
+    from commbench.commands import common
     from commbench.errors import UsageError
     from commbench.measure.point_records import point_record, point_totals, step_record
     from commbench.measure.runner import TimingConfig
