@@ -10,6 +10,8 @@ from collections import Counter
 import pytest
 
 from commbench.errors import UsageError
+from commbench.report.step_timeline import step_timelines
+from commbench.results.rundir import read_run
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.presets import get_model
@@ -162,3 +164,12 @@ def test_suite_step_on_8_ranks(tmp_path, backend):
     assert "Points with wrong data : 0 of 12 (checked)" in job.stdout
     assert "raw communication by axis: " in job.stdout
     assert "raw communication by phase: " in job.stdout
+    # the report's timeline lays every Program step end to end: its length is the point's time
+    run = read_run(tmp_path / "s")
+    timelines = step_timelines([run])
+    points = [r for r in run.records if r.get("kind") == "point" and r["pattern"] == "step"]
+    assert len(timelines) == len(points) == 11
+    for tl, pt in zip(timelines, points):
+        assert len(tl.spans) == pt["steps_total"]
+        assert tl.total_s * 1e6 == pytest.approx(pt["time_us"], rel=1e-6)
+        assert all(s.end > s.start for s in tl.spans)  # every step measured
