@@ -11,6 +11,9 @@ from commbench.commands.emulate import command_line
 from commbench.errors import UsageError
 from commbench.plan import PlanRequest, plan, verify
 from commbench.plan.search import Config
+from commbench.report.figures.models import verify_ranking
+from commbench.report.step_timeline import verifications
+from commbench.results.rundir import read_run
 from commbench.traffic.presets import parse_model_arg
 
 from conftest import run_mpi, run_single
@@ -115,3 +118,8 @@ def test_verify_on_4_ranks(tmp_path):
     assert "wrong data" not in job.stdout
     records = (tmp_path / "v" / "records.jsonl").read_text()
     assert records.count('"kind": "point"') == 3 and '"pattern": "step"' in records
+    # the report's ranking figure reads the prediction kept in each point's meta
+    (check,) = verifications([read_run(tmp_path / "v")])
+    assert len(check.configs) == 3 and all(p > 0 and m > 0 for _, p, m in check.configs)
+    fig = verify_ranking(check)
+    assert fig.png.startswith(b"\x89PNG") and fig.name == "verify-v"

@@ -82,6 +82,9 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
         options = verify.step_options(req, c)
         layout = c.layout(req.gpus, ())
         opt = patterns.make_options(verify.STEP_PATTERN, options)
+        pred = preds[i]  # kept in the point record's meta: the report's ranking figure
+        meta = {**prog.meta, "predicted_s": sum(pred.values()), "predicted_by_axis": pred}
+        prog = dataclasses.replace(prog, meta=meta)
         points.append(Point(i + 1, run, req.model, layout, opt, {}, prog))
     suite = Suite(SUITE, Path(SUITE), "plan --verify", tuple(runs))
     rows = []

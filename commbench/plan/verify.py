@@ -91,7 +91,7 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     for i in range(n):
         for j in range(i + 1, n):
             x, y = a[i] - a[j], b[i] - b[j]
-            s += (x * y > 0) - (x * y < 0)
+            s += int(x * y > 0) - int(x * y < 0)
     return s / pairs
 
 

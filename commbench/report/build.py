@@ -24,7 +24,7 @@ from commbench.report import check_inputs
 from commbench.report import inputs as reportdata
 from commbench.report.figures import Figure
 from commbench.report.html import Block, Section, bullets, page
-from commbench.report.step_timeline import step_timelines
+from commbench.report.step_timeline import step_timelines, verifications
 from commbench.report.tables import (
     calibration_blocks,
     outlier_table,
@@ -261,6 +261,10 @@ class _Builder:
             self.missing.append(
                 "no plan given (--plan FILE from `commbench plan --json`): no planner figure"
             )
+        checks = verifications(self.runs)
+        blocks += [self.add(models.verify_ranking(v)) for v in checks]
+        if not checks:
+            self.missing.append("no `plan --verify` run: no predicted-vs-measured ranking")
         return blocks
 
 

@@ -65,3 +65,26 @@ def step_timelines(runs: list[Run]) -> list[StepTimeline]:
             label += rec["config"]["label"]
             out.append(StepTimeline(label, spans, float(prog.meta.get("compute_s") or 0.0)))
     return out
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A `plan --verify` run: per config (in the planner's order) its label, predicted and
+    measured step communication, seconds."""
+
+    run_id: str
+    configs: list[tuple[str, float, float]]
+
+
+def verifications(runs: list[Run]) -> list[Verification]:
+    """The runs whose step points carry the planner's prediction (`plan --verify`)."""
+    out = []
+    for run in runs:
+        rows = [
+            (str(rec["run"]), float(rec["meta"]["predicted_s"]), float(rec["time_us"]) * 1e-6)
+            for rec in run.records
+            if rec.get("kind") == "point" and "predicted_s" in (rec.get("meta") or {})
+        ]
+        if len(rows) >= 2:
+            out.append(Verification(run.path.name, rows))
+    return out
