@@ -112,7 +112,7 @@ def test_verify_on_4_ranks(tmp_path):
     job = run_mpi(4, *common, "--verify", "999", "--run-id", "bad", timeout=120)
     assert job.returncode == 2 and "--verify 999: only" in job.stderr, job.output
     assert not (tmp_path / "bad").exists()
-    job = run_mpi(4, *common, "--verify", "3", "--run-id", "v", timeout=300)
+    job = run_mpi(4, *common, "--verify", "3", "--budget", "0.02", "--run-id", "v", timeout=300)
     assert job.returncode == 0, job.output
     assert "Kendall tau" in job.stdout and "top-1 same:" in job.stdout
     assert "wrong data" not in job.stdout

@@ -223,5 +223,6 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     by_part = parts(layout, model, options)
     steps = tuple(s for part in ORDER for s in by_part[part])
     seq = options.seq(model)
-    meta = {"norm_params": norm_params(layout, model), "tokens": seq // layout.cp}
+    tokens = options.micro_batch * seq // layout.cp
+    meta = {"norm_params": norm_params(layout, model), "tokens": tokens}
     return Program(NAME, steps, meta)
