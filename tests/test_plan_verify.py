@@ -112,12 +112,15 @@ def test_verify_on_4_ranks(tmp_path):
     job = run_mpi(4, *common, "--verify", "999", "--run-id", "bad", timeout=120)
     assert job.returncode == 2 and "--verify 999: only" in job.stderr, job.output
     assert not (tmp_path / "bad").exists()
-    job = run_mpi(4, *common, "--verify", "3", "--budget", "0.02", "--run-id", "v", timeout=300)
+    job = run_mpi(
+        4, *common, "--verify", "3", "--rounds", "2", "--budget", "0.02", "--run-id", "v",
+        timeout=300,
+    )  # fmt: skip
     assert job.returncode == 0, job.output
     assert "Kendall tau" in job.stdout and "top-1 same:" in job.stdout
     assert "wrong data" not in job.stdout
     records = (tmp_path / "v" / "records.jsonl").read_text()
-    assert records.count('"kind": "point"') == 3 and '"pattern": "step"' in records
+    assert records.count('"kind": "point"') == 6 and '"pattern": "step"' in records  # 2 rounds
     # the report's ranking figure reads the prediction kept in each point's meta
     (check,) = verifications([read_run(tmp_path / "v")])
     assert len(check.configs) == 3 and all(p > 0 and m > 0 for _, p, m in check.configs)

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 from commbench.commands.argtypes import DEFAULT_RESULTS, positive_float, positive_int
 
 SUITE = "plan-verify"
-VERIFY_BUDGET_S = 0.2  # timed seconds per measured op (0.05 ranked the emulated cluster badly)
+VERIFY_BUDGET_S = 0.1  # timed seconds per measured op
+VERIFY_ROUNDS = 3
 MAX_BYTES = 64 << 20  # per-rank buffer budget; larger ops run a measured chunk, scaled
 
 
@@ -30,6 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where --verify writes")
     g.add_argument("--run-id", default=None, help="name --verify's run directory")
+    g.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=VERIFY_ROUNDS,
+        help="--verify: measure every config this many times, in turn, and take the median "
+        f"(load that drifts then hits every config alike) (default: {VERIFY_ROUNDS})",
+    )
     g.add_argument(
         "--budget",
         type=positive_float,
@@ -85,9 +93,11 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
         pred = preds[i]  # kept in the point record's meta: the report's ranking figure
         meta = {**prog.meta, "predicted_s": sum(pred.values()), "predicted_by_axis": pred}
         prog = dataclasses.replace(prog, meta=meta)
-        points.append(Point(i + 1, run, req.model, layout, opt, {}, prog))
+        for r in range(args.rounds):  # round r of every config, then round r + 1
+            points.append(Point(r * len(configs) + i + 1, run, req.model, layout, opt, {}, prog))
+    points.sort(key=lambda pt: pt.index)
     suite = Suite(SUITE, Path(SUITE), "plan --verify", tuple(runs))
-    rows = []
+    measured: dict[int, list[dict[str, float]]] = {}  # config -> per round, seconds by axis
     with Session(launch, opts, timing) as s:
         assert s.runner is not None
         plans = [
@@ -96,7 +106,8 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
             for pt in points
         ]  # fmt: skip
         s.runner.reserve([(m.step, m.info) for pl in plans for m in pl])
-        for pt, c, pred, pl in zip(points, configs, preds, plans):
+        for pt, pl in zip(points, plans):
+            c = configs[(pt.index - 1) % len(configs)]
             results = []
             for m in pl:
                 rec = s.runner.measure(m.step, m.info)
@@ -113,10 +124,16 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
             for m, rec in zip(pl, results):
                 for idx in m.indices:
                     seconds[idx] = rec.time_us * 1e-6 * m.scale * pt.program.steps[idx].repeat
-            rows.append(verify.Row(c, pred, verify.by_axis(pt.program, seconds)))
+            measured.setdefault(configs.index(c), []).append(verify.by_axis(pt.program, seconds))
             if totals.wrong:
                 s.say(f"commbench: {c.full_label}: {totals.wrong} op(s) returned wrong data")
         if s.is_root:
+            rows = [
+                verify.Row(c, preds[k], verify.median_by_axis(measured[k]))
+                for k, c in enumerate(configs)
+            ]
+            if args.rounds > 1:
+                s.say(f"# measured: the median of {args.rounds} rounds over the configs in turn")
             for line in verify.text(rows, verify.agreement(rows)):
                 s.say(line)
             assert s.writer is not None

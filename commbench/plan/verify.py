@@ -71,6 +71,12 @@ def by_axis(prog: Program, seconds: Sequence[float | None]) -> dict[str, float]:
     return out
 
 
+def median_by_axis(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Per axis, the median of its seconds over measurement rounds."""
+    axes = dict.fromkeys(a for r in rounds for a in r)
+    return {a: statistics.median(r.get(a, 0.0) for r in rounds) for a in axes}
+
+
 def predicted(planner: Planner, cfg: Config, prog: Program) -> dict[str, float]:
     """The planner's price of the step Program, seconds per axis (a step it cannot price is
     a UsageError naming it)."""

@@ -7,6 +7,7 @@ is marked as the compute stand-in."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from commbench.results.records import StepRecord
@@ -80,11 +81,14 @@ def verifications(runs: list[Run]) -> list[Verification]:
     """The runs whose step points carry the planner's prediction (`plan --verify`)."""
     out = []
     for run in runs:
-        rows = [
-            (str(rec["run"]), float(rec["meta"]["predicted_s"]), float(rec["time_us"]) * 1e-6)
-            for rec in run.records
-            if rec.get("kind") == "point" and "predicted_s" in (rec.get("meta") or {})
-        ]
+        by_config: dict[str, tuple[float, list[float]]] = {}  # rounds measured in turn
+        for rec in run.records:
+            if rec.get("kind") == "point" and "predicted_s" in (rec.get("meta") or {}):
+                pred, times = by_config.setdefault(
+                    str(rec["run"]), (rec["meta"]["predicted_s"], [])
+                )
+                times.append(float(rec["time_us"]) * 1e-6)
+        rows = [(k, float(p), statistics.median(t)) for k, (p, t) in by_config.items()]
         if len(rows) >= 2:
             out.append(Verification(run.path.name, rows))
     return out
