@@ -1,6 +1,6 @@
-"""The collectives of a Megatron-Core training step outside the per-layer strategies (the
-parts tp, cp, ep, pp, dp and zero leave out), each a function of the layout, the model and
-the workload, for the `step` pattern and the planner to share:
+"""The collectives of a Megatron-Core training step outside the per-layer strategies: the
+parts tp, cp, ep, pp, dp and zero leave out, each a function of the layout, the model and
+the workload, for the `step` pattern (which `plan --verify` prices and measures):
 
 - the batch broadcast inside a TP group (megatron.training.utils.get_batch_on_this_tp_rank:
   tokens, labels, position ids as int64 and the fp32 loss mask, b s elements each, before
