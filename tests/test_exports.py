@@ -37,6 +37,8 @@ from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
 from commbench.fit.options import FitOptions
 
+from conftest import run_single
+
 GIB = float(1 << 30)
 # Calculon's systems/h100_80g_nvl8.json, keys and value types (numbers made up): what --base needs
 CALCULON_BASE = {
@@ -254,9 +256,11 @@ def read_busbw_yaml(text: str) -> dict:
 
 
 def test_simai_workload_carries_the_step_programs_bytes(tmp_path, capsys):
-    """llama-7b TP2 DP4: the rows hold the TP and DP bytes of the step Programs the planner
-    prices (the Programs `commbench step --dry-run` will print, issue 14)."""
+    """llama-7b TP2 DP4: the rows hold the TP and DP bytes of the step Program `suite step
+    --dry-run` prints for that config (the framework's embedding, LM head and cross entropy
+    included; broadcasts SimAI cannot express left out)."""
     from commbench import plan
+    from commbench.plan import verify
 
     out = tmp_path / "simai"
     args = ("--model", "llama-7b", "--gpus", "8", "--config", "tp=2,dp=4,z=0")
@@ -275,9 +279,23 @@ def test_simai_workload_carries_the_step_programs_bytes(tmp_path, capsys):
         overlap_dp=False, orders="megatron", extrapolate=True, backend=None,
     )  # fmt: skip
     cfg = plan.explain(req, cal, "tp=2,dp=4,z=0").config
+    step = verify.step_program(req, cfg)
+    assert tp == sum(s.total_bytes for s in step.steps if s.axis == "tp" and s.op != "broadcast")
+    assert dp == sum(s.total_bytes for s in step.steps if s.axis == "dp") > 0
     progs = plan.Planner(req, cal, exact=True).programs(cfg)
-    assert tp == sum(s.total_bytes for s in progs["tp"].steps) > 0
-    assert dp == sum(s.total_bytes for s in progs["dp"].steps) > 0
+    assert tp > sum(s.total_bytes for s in progs["tp"].steps) > 0  # + embedding, head, CE
+    dry = run_single(
+        "suite", "step", "--dry-run", "--world", "8", "--model", "llama-7b", "--degree", "tp=2",
+        "--degree", "pp=1", "--set", "seq_len=4096", "--set", "micro_batches=256",
+        "--set", "sequence_parallel=false",
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.output
+    point = dry.stdout.split("## point ")[1]  # step-dense, tp2-dp4, DDP buckets
+    assert "tp2-cp1-dp4-pp1" in point and "distributed_optimizer=False" in point
+    lines = [ln.split() for ln in point.splitlines()[3:] if ln.strip()]
+    printed_steps = [(w[2], w[3], float(w[10])) for w in lines]  # op, axis, repeat
+    assert printed_steps == [(s.op, s.axis, s.repeat) for s in step.steps]  # the same Program
+    assert "embedding output" in point and "cross entropy" in point
     bw = read_busbw_yaml((out / "busbw.yaml").read_text())
     assert set(bw) == {"TP", "DP", "EP", "PP"}
     assert set(bw["TP"]) == {"allreduce", "allgather", "reducescatter", "alltoall"}

@@ -70,7 +70,11 @@ def pattern_names_in(path: Path) -> list[str]:
             only = [v for v in names if v in PATTERN_ONLY]
             if names and (holders or only):
                 found.append(f"{where}: compares with {(only or names)[0]!r}")
-        elif isinstance(node, ast.Subscript) and set(_strings(node.slice)) & PATTERN_ONLY:
+        elif (
+            isinstance(node, ast.Subscript)
+            and set(_strings(node.slice)) & PATTERN_ONLY
+            and _holder(node.value) != "Literal"  # a type (a record's kind), not a lookup
+        ):
             found.append(f"{where}: key {_strings(node.slice)[0]!r}")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
             first = _strings(node.args[0])

@@ -23,7 +23,7 @@ from commbench.traffic.suitefile import load_suite, parse_degree, suite_names
 
 from conftest import REPO, job_env, needs_torch, run_mpi, run_single
 
-BUILT_IN = ["all", "collectives", "cp", "dp", "ep", "infer", "pp", "smoke", "tp", "zero"]
+BUILT_IN = ["all", "collectives", "cp", "dp", "ep", "infer", "pp", "smoke", "step", "tp", "zero"]
 
 
 def write(tmp_path, text: str, name="s.yaml"):
@@ -87,6 +87,10 @@ def test_all_is_every_strategy_suite():
         "decode",
         "decode",
         "decode",
+        "step",
+        "step",
+        "step",
+        "framework",
         "collectives",
     ]
 

@@ -52,7 +52,7 @@ def test_compare_predicts_every_strategy_point(measured):
     root, cal_path = measured
     cal = calibration.load(cal_path)
     rows = validate.compare([root / "smoke"], cal)
-    assert len(rows) == 11  # the smoke suite on 4 ranks: decode needs 8
+    assert len(rows) == 15  # the smoke suite on 4 ranks: decode needs 8
     assert all(ROW_KEYS <= set(r) for r in rows)
     ok = {r["pattern"] for r in rows if r["status"] == "ok"}
     assert {"tp", "dp", "zero", "pp", "cp", "ep", "prefill"} <= ok
@@ -98,7 +98,7 @@ def test_validate_command_text_and_json(measured, tmp_path):
     doc = json.loads(job.stdout)
     assert doc["schema"] == "commbench.calibration.accuracy/1"
     assert json.loads(out.read_text())["summary"] == doc["summary"]
-    assert len(doc["rows"]) == 11
+    assert len(doc["rows"]) == 15
 
 
 def test_plan_with_the_measured_calibration(measured):

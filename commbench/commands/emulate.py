@@ -25,7 +25,7 @@ from pathlib import Path
 from commbench.errors import UsageError
 
 HELP = "run a measuring command across emulated nodes (namespaces, shaped links; root)"
-MEASURING_COMMANDS = ("run", "suite", "check")
+MEASURING_COMMANDS = ("run", "suite", "check", "plan")  # plan measures with --verify only
 BACKEND_LAUNCHERS = {"mpi": "mpirun", "gloo": "torchrun"}
 # what each launcher can start: mpirun also runs torch backends (rank 0 picks the rendezvous)
 LAUNCHABLE = {"mpi": ("auto", "mpi", "gloo"), "gloo": ("auto", "gloo")}
@@ -69,11 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def command_line(words: list[str], backend: str) -> list[str]:
     """The measuring command after `--`, checked: a measuring subcommand, no clashing backend."""
     words = words[1:] if words[:1] == ["--"] else words
-    if not words or words[0] not in MEASURING_COMMANDS:
-        got = f"'{words[0]}'" if words else "nothing"
+    verifies = any(w == "--verify" or w.startswith("--verify=") for w in words)
+    if not words or words[0] not in MEASURING_COMMANDS or (words[0] == "plan" and not verifies):
+        got = f"'{' '.join(words[:1] + (['without --verify'] if words[:1] == ['plan'] else []))}'"
         raise UsageError(
-            f"emulate runs a measuring command after '--' ({', '.join(MEASURING_COMMANDS)}), "
-            f"got {got}; fit, plan and report read the results as usual"
+            f"emulate runs a measuring command after '--' (run, suite, check, plan --verify), "
+            f"got {got if words else 'nothing'}; fit, plan and report read the results as usual"
         )
     for i, w in enumerate(words):
         value = w.split("=", 1)[1] if w.startswith("--backend=") else None

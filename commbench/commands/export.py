@@ -137,7 +137,6 @@ def _simai(args, cal, chosen) -> tuple[dict[str, str], list[str], str]:
     from commbench.errors import UsageError
     from commbench.formats import simai
     from commbench.formats.exportbase import cluster
-    from commbench.traffic.patterns import Role, get
 
     gpus = args.gpus or cluster(cal).gpus
     if gpus is None:
@@ -150,14 +149,14 @@ def _simai(args, cal, chosen) -> tuple[dict[str, str], list[str], str]:
         peak_tflops=None, mfu=None, recompute="selective", grad_dtype="float32",
         overlap_dp=False, orders="megatron", extrapolate=True, backend=args.backend,
     )  # fmt: skip
+    from commbench.plan import verify
+
     cfg = plan.explain(req, cal, args.config).config
     planner = plan.Planner(req, cal, exact=True)
     layout = cfg.layout(req.gpus, planner.nodes)
-    progs = planner.programs(cfg)
-    steps = [st for name, prog in progs.items() if get(name).role is not Role.PIPELINE
-             for st in prog.steps]  # fmt: skip
-    pp_bytes = max((a.nbytes for name, prog in progs.items() if get(name).role is Role.PIPELINE
-                    for st in prog.steps for acts in st.schedule or () for a in acts
+    step = verify.step_program(req, cfg)  # the Program `suite step` measures
+    steps = [st for st in step.steps if st.schedule is None]
+    pp_bytes = max((a.nbytes for st in step.steps for acts in st.schedule or () for a in acts
                     if a.kind == "send"), default=0)  # fmt: skip
     rows, notes = simai.rows(steps)
     text = simai.workload_text(
@@ -176,7 +175,8 @@ def _simai(args, cal, chosen) -> tuple[dict[str, str], list[str], str]:
            + (f" -nv {nv:.6g}" if nv else "") + (f" -nic {nic:.6g}" if nic else "")
            + f" -r {cfg.label}-")  # fmt: skip
     notes += [
-        f"config {cfg.full_label}: {len(rows)} rows from the step Programs ({', '.join(progs)})",
+        f"config {cfg.full_label}: {len(rows)} rows from the step Program (suite step's, "
+        f"{len(step.steps)} steps)",
         "context parallelism, broadcasts and the 1F1B schedule are not expressible: SimAI "
         "prices pipeline messages as 2 x vpp x ga x pp_comm / PP busbw and the bubble itself",
         "compute times are 1 ns (commbench has no per-layer compute); -nic assumes one NIC per "

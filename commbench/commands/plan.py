@@ -137,6 +137,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="CONFIG",
         help="list one config's Program steps with predicted times (tp8-pp4-dp1 or tp=8,pp=4)",
     )
+    from commbench.commands import plan_verify
+
+    plan_verify.add_arguments(p)
 
 
 def request_from_args(args: argparse.Namespace, cal):
@@ -203,6 +206,10 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--explain {args.explain}: {unpriced[0]}")
         return 0
     result = plan.plan(req, cal)
+    if args.verify:
+        from commbench.commands import plan_verify
+
+        return plan_verify.main(args, req, cal, result)
     if args.output:
         write_json_output(args.output, result.plan_file().to_json())
     if args.json:

@@ -241,6 +241,29 @@ def breakdown_lines(
         )
 
 
+def split_lines(point: Point, plan: list[Measured], results: list[Measurement]) -> list[str]:
+    """A whole step's raw communication time split by axis and by phase (each measured op's
+    time per op x the repeat of every Program step it stands for)."""
+    from commbench.traffic import patterns
+    from commbench.traffic.patterns import Role
+
+    if patterns.get(point.run.pattern).role is not Role.STEP:
+        return []
+    prog = point.program
+    by: dict[str, dict[str, float]] = {"axis": {}, "phase": {}}
+    for m, rec in zip(plan, results):
+        for i in m.indices:
+            st = prog.steps[i]
+            ms = rec.time_us * m.scale * st.repeat / 1e3
+            by["axis"][st.axis] = by["axis"].get(st.axis, 0.0) + ms
+            by["phase"][st.phase] = by["phase"].get(st.phase, 0.0) + ms
+    return [
+        f"#   raw communication by {what}: "
+        + ", ".join(f"{k} {v:.3f} ms" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))
+        for what, d in by.items()
+    ]
+
+
 def main(args: argparse.Namespace) -> int:
     launch = common.launch_info()
     if args.world and launch.size > 1 and args.world != launch.size:
@@ -345,7 +368,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
             )
             if pt is points[0]:
                 s.say(STEP_HEADER)  # the lines under each point: one per measured step
-            for line in breakdown_lines(pt, pl, results, totals):
+            for line in [*breakdown_lines(pt, pl, results, totals), *split_lines(pt, pl, results)]:
                 s.say(line)
             facts = point_facts(pt, totals)
             if facts:

@@ -24,6 +24,7 @@ from commbench.report import check_inputs
 from commbench.report import inputs as reportdata
 from commbench.report.figures import Figure
 from commbench.report.html import Block, Section, bullets, page
+from commbench.report.step_timeline import step_timelines, verifications
 from commbench.report.tables import (
     calibration_blocks,
     outlier_table,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from commbench.calibration import Calibration
 
 FIGURES_DIR = "figures"
+MAX_STEP_TIMELINES = 8  # whole-step timelines drawn (the first points)
 
 
 @dataclass(kw_only=True)
@@ -201,6 +203,11 @@ class _Builder:
             blocks.append(self.add(strategies.pp_timeline(t, f"pp-timeline-{k + 1}")))
         if not tls:
             self.missing.append("no PP suite point with pp > 1: no 1F1B timeline")
+        steps = step_timelines(self.runs)
+        for k, st in enumerate(steps[:MAX_STEP_TIMELINES]):
+            blocks.append(self.add(strategies.step_timeline(st, f"step-timeline-{k + 1}")))
+        if not steps:
+            self.missing.append("no `suite step` or `plan --verify` point: no step timeline")
         return blocks
 
     def validation(self) -> list[Block]:
@@ -254,6 +261,10 @@ class _Builder:
             self.missing.append(
                 "no plan given (--plan FILE from `commbench plan --json`): no planner figure"
             )
+        checks = verifications(self.runs)
+        blocks += [self.add(models.verify_ranking(v)) for v in checks]
+        if not checks:
+            self.missing.append("no `plan --verify` run: no predicted-vs-measured ranking")
         return blocks
 
 

@@ -222,7 +222,7 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
             )
         orphans: dict[int, list[StepRecord]] = {}
         for rec in run.records:
-            if rec.get("kind") == "step" and rec.get("point") not in seen:
+            if rec.get("kind") == StepRecord.kind and rec.get("point") not in seen:
                 st = StepRecord.from_json(rec, f"{where}: step of point {rec.get('point')!r}")
                 orphans.setdefault(st.point, []).append(st)
         for idx, steps in orphans.items():

@@ -17,6 +17,7 @@ from commbench.report.figures import (
     setup,
 )
 from commbench.report.inputs import Plan, predicted_pairs
+from commbench.report.step_timeline import Verification
 
 # mesh axes in Megatron's rank order, then any other the planner names
 AXES = ("tp", "cp", "ep", "dp", "pp")
@@ -143,3 +144,41 @@ def plan_top(plan: Plan, name: str, top: int = 10) -> Figure:
         + "."
     )
     return Figure(name, "Planner: top configs", caption, render(fig), "plans")
+
+
+def verify_ranking(v: Verification) -> Figure:
+    """plan --verify: predicted vs measured step communication per config (left, y = x
+    dashed) and the two rankings side by side (right, a line per config)."""
+    from commbench.plan.verify import kendall_tau
+
+    plt = setup()
+    labels = [c[0] for c in v.configs]
+    pred = np.array([c[1] for c in v.configs]) * 1e3
+    meas = np.array([c[2] for c in v.configs]) * 1e3
+    colors = palette(len(labels))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH, 4.2))
+    for i, lab in enumerate(labels):
+        left.scatter(meas[i], pred[i], color=colors[i], label=lab, zorder=3)
+    hi = float(max(pred.max(), meas.max())) * 1.1
+    left.plot([0, hi], [0, hi], "--", color="0.5", lw=1)
+    left.set(xlim=(0, hi), ylim=(0, hi), xlabel="measured (ms)", ylabel="predicted (ms)")
+    rank_p = np.argsort(np.argsort(pred)) + 1
+    rank_m = np.argsort(np.argsort(meas)) + 1
+    for i in range(len(labels)):
+        right.plot([0, 1], [rank_p[i], rank_m[i]], "-o", color=colors[i])
+    right.set_xticks([0, 1], ["predicted rank", "measured rank"])
+    right.set_yticks(range(1, len(labels) + 1))
+    right.invert_yaxis()
+    right.grid(False, axis="x")
+    tau = kendall_tau(list(pred), list(meas))
+    top1 = "same" if int(np.argmin(pred)) == int(np.argmin(meas)) else "differs"
+    fig.suptitle(f"plan --verify {v.run_id}: Kendall tau {tau:.2f}, top-1 {top1}", fontsize=11)
+    handles, names = left.get_legend_handles_labels()
+    right.legend(handles, names, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    caption = (
+        f"plan --verify ({v.run_id}): each config's step communication as the planner priced "
+        "its step Program (predicted) and as measured on this world, in ms per step; right, "
+        "the configs ranked by each (1 = least communication)."
+    )
+    return Figure(f"verify-{v.run_id}", f"Planner check: {v.run_id}", caption, render(fig),
+                  "models")  # fmt: skip

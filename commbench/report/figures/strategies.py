@@ -1,6 +1,7 @@
 """Strategy figures from suite points: one training step's communication time per config,
 stacked by op and axis; EP tokens per expert and per destination rank (router imbalance); the
-1F1B pipeline schedule as a timeline with its bubble (PipeDream-Flush / Megatron-LM 1F1B).
+1F1B pipeline schedule as a timeline with its bubble (PipeDream-Flush / Megatron-LM 1F1B);
+a whole measured step's ops per axis over time.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import numpy as np
 
 from commbench.report.figures import WIDTH, Figure, legend_outside, palette, render, setup
 from commbench.report.inputs import EPLoad, PointRow, role
+from commbench.report.step_timeline import StepTimeline
 from commbench.report.timeline import Timeline
 from commbench.traffic.patterns import PATTERNS, Role
 
@@ -236,3 +238,38 @@ def pp_timeline(tl: Timeline, name: str) -> Figure:
         f"passes over time in {unit} ({how}); grey is idle time, the pipeline bubble."
     )
     return Figure(name, f"PP: 1F1B schedule {tl.label}", caption, render(fig), "strategies")
+
+
+def step_timeline(tl: StepTimeline, name: str) -> Figure:
+    """A whole step's measured ops per axis over time, coloured by phase; the pipeline's
+    synthetic compute hatched inside its span."""
+    plt = setup()
+    from matplotlib.patches import Patch
+
+    axes = tl.axes()
+    phases = list(dict.fromkeys(s.phase for s in tl.spans))
+    col = dict(zip(phases, palette(len(phases))))
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.5 * len(axes) + 1.9))
+    for s in tl.spans:
+        row = axes.index(s.axis)
+        ax.barh(row, (s.end - s.start) * 1e3, left=s.start * 1e3, height=0.7,
+                color=col[s.phase], edgecolor="white", lw=0.4)  # fmt: skip
+        if s.phase == "forward+backward" and tl.compute_s:
+            ax.barh(row, min(tl.compute_s, s.end - s.start) * 1e3, left=s.start * 1e3,
+                    height=0.35, color="none", edgecolor="0.2", hatch="//", lw=0.0)  # fmt: skip
+    ax.set_yticks(range(len(axes)), axes)
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the step (ms)")
+    ax.grid(False, axis="y")
+    ax.set_title(f"{tl.label}: {tl.total_s * 1e3:.3g} ms of exposed communication", fontsize=11)
+    handles = [Patch(color=col[p], label=p) for p in phases]
+    if tl.compute_s:
+        handles.append(Patch(facecolor="none", edgecolor="0.2", hatch="//", label="compute"))
+    legend_outside(ax, handles=handles)
+    caption = (
+        f"One measured training step of {tl.label}: every op of the step Program in the order "
+        "Megatron-Core issues it, on its axis's row, each as long as its measured median x "
+        "repeat (ms). Ops were timed one at a time, so all of it is exposed communication; "
+        "hatched: the pipeline's synthetic compute stand-in inside the 1F1B span."
+    )
+    return Figure(name, f"Step: timeline {tl.label}", caption, render(fig), "strategies")

@@ -17,7 +17,19 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout, parse_order
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import collectives, cp, decode, dp, ep, pp, prefill, tp, zero
+from commbench.traffic.patterns import (
+    collectives,
+    cp,
+    decode,
+    dp,
+    ep,
+    framework,
+    pp,
+    prefill,
+    step,
+    tp,
+    zero,
+)
 from commbench.traffic.patterns.base import (
     Fact,
     Role,
@@ -106,12 +118,23 @@ PATTERNS: dict[str, PatternSpec] = {
             needs_moe=True,
             always_sequence_parallel=True,
         ),
+        # the step's ops outside the per-layer strategies (embedding, LM head, loss, ...)
+        PatternSpec(
+            name="framework",
+            module=framework,
+            axis=Axis.TP,
+            role=Role.IN_LAYER,
+            sequence_parallel_option=True,
+        ),
         PatternSpec(
             name="collectives", module=collectives, axis=None, role=Role.SWEEP, needs_model=False
         ),
         # every axis at once; tp is the degree their points are swept by first
         PatternSpec(name="prefill", module=prefill, axis=Axis.TP, role=Role.PREFILL),
         PatternSpec(name="decode", module=decode, axis=Axis.TP, role=Role.DECODE),
+        PatternSpec(
+            name="step", module=step, axis=Axis.TP, role=Role.STEP, sequence_parallel_option=True
+        ),
     )
 }
 
@@ -167,8 +190,9 @@ def training_step(
     options: dict[str, dict] | None = None,
 ) -> dict[str, Program]:
     """Every strategy's Program for one training step of `layout`: tp (tp > 1), cp (cp > 1),
-    pp (pp > 1), ep (ep > 1), and the gradient traffic, dp (zero_stage 0) or zero (1-3),
-    when dp x cp > 1. `workload` keys (seq_len, micro_batch, micro_batches, dtype,
+    pp (pp > 1), ep (ep > 1), the gradient traffic, dp (zero_stage 0) or zero (1-3),
+    when dp x cp > 1 (pattern step adds framework's embedding / LM head / loss ops and runs
+    them all in order). `workload` keys (seq_len, micro_batch, micro_batches, dtype,
     sequence_parallel, ...) go to every pattern that has them; `options[name]` to one."""
     import dataclasses
 

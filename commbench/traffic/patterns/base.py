@@ -36,6 +36,7 @@ class Role(StrEnum):
     SWEEP = "sweep"  # a primitive sweep, no part of a training step (collectives)
     PREFILL = "prefill"  # inference: one forward pass over the prompts, every axis at once
     DECODE = "decode"  # inference: one output token per sequence, every axis at once
+    STEP = "step"  # a whole training step, every axis at once, in the framework's order
 
 
 @dataclass(frozen=True)

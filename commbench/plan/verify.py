@@ -1,0 +1,174 @@
+"""`plan --verify K`, the arithmetic: which planned configs to measure, the step Program the
+planner prices for each (pattern step: the same Program `suite step` measures, so traffic has
+one source of truth), and how predicted and measured step communication agree (top-1, Kendall
+tau, the median error and the axis the prediction missed most). Pure; the measuring is in
+commands/plan_verify.py."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from commbench.errors import UsageError
+from commbench.plan.planner import Planner
+from commbench.plan.request import PlanRequest
+from commbench.plan.result import PlanResult
+from commbench.plan.search import Config
+from commbench.traffic import patterns
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.program import Program
+
+STEP_PATTERN = next(s.name for s in patterns.PATTERNS.values() if s.role is patterns.Role.STEP)
+
+
+def select(result: PlanResult, world: int, k: int) -> list[Config]:
+    """The best `k` distinct configs of the plan that fit `world` ranks (memory and
+    calibration included); fewer than k is a UsageError saying how many fit."""
+    if result.request.gpus != world:
+        raise UsageError(
+            f"--verify measures on the launched world: --gpus {result.request.gpus} but "
+            f"{world} rank(s); launch with mpirun -n {result.request.gpus}"
+        )
+    seen: dict[tuple, Config] = {}
+    for ev in result.ranked:
+        c = ev.config
+        key = (c.tp, c.cp, c.ep, c.dp, c.pp, c.micro_batch, c.micro_batches, c.zero_stage)
+        if ev.fits and key not in seen:
+            seen[key] = c
+    if len(seen) < k:
+        raise UsageError(
+            f"--verify {k}: only {len(seen)} planned config(s) fit {world} ranks "
+            f"(memory, calibration); give --verify {len(seen)} or fewer"
+        )
+    return list(seen.values())[:k]
+
+
+def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
+    """Pattern step's options for a planned config (no synthetic compute: communication)."""
+    return {
+        "seq_len": req.seq,
+        "micro_batch": cfg.micro_batch,
+        "micro_batches": cfg.micro_batches,
+        "sequence_parallel": req.sequence_parallel,
+        "grad_dtype": req.grad_dtype,
+        "zero_stage": cfg.zero_stage,
+    }
+
+
+def step_program(req: PlanRequest, cfg: Config) -> Program:
+    """The step Program of a planned config: what --verify measures and prices."""
+    layout = ParallelLayout(req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp)
+    return patterns.build(STEP_PATTERN, layout, req.model, step_options(req, cfg))
+
+
+def by_axis(prog: Program, seconds: Sequence[float | None]) -> dict[str, float]:
+    """Seconds per axis of a Program, from one number per step (x its repeat already)."""
+    out: dict[str, float] = {}
+    for st, s in zip(prog.steps, seconds):
+        out[st.axis] = out.get(st.axis, 0.0) + (s or 0.0)
+    return out
+
+
+def median_by_axis(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Per axis, the median of its seconds over measurement rounds."""
+    axes = dict.fromkeys(a for r in rounds for a in r)
+    return {a: statistics.median(r.get(a, 0.0) for r in rounds) for a in axes}
+
+
+def predicted(planner: Planner, cfg: Config, prog: Program) -> dict[str, float]:
+    """The planner's price of the step Program, seconds per axis (a step it cannot price is
+    a UsageError naming it)."""
+    layout = cfg.layout(planner.req.gpus, planner.nodes)
+    est = planner.evaluator.program(prog, layout, placement=planner.where(layout))
+    if est.error:
+        raise UsageError(f"--verify {cfg.label}: cannot price the step: {est.error}")
+    return by_axis(prog, [s.comm_s for s in est.steps])
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    """Kendall's tau-a of two score lists: (concordant - discordant) / pairs; 1 for one item."""
+    n = len(a)
+    pairs = n * (n - 1) // 2
+    if pairs == 0:
+        return 1.0
+    s = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            x, y = a[i] - a[j], b[i] - b[j]
+            s += int(x * y > 0) - int(x * y < 0)
+    return s / pairs
+
+
+@dataclass(frozen=True)
+class Row:
+    """One verified config: predicted and measured step communication per axis, seconds."""
+
+    config: Config
+    predicted: dict[str, float]
+    measured: dict[str, float]
+
+    @property
+    def predicted_s(self) -> float:
+        return sum(self.predicted.values())
+
+    @property
+    def measured_s(self) -> float:
+        return sum(self.measured.values())
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured."""
+        return self.predicted_s / self.measured_s - 1 if self.measured_s > 0 else 0.0
+
+    def missed_most(self) -> tuple[str, float]:
+        """The axis whose prediction is furthest off, and by how much (seconds, signed)."""
+        axes = set(self.predicted) | set(self.measured)
+        diff = {a: self.predicted.get(a, 0.0) - self.measured.get(a, 0.0) for a in axes}
+        axis = max(diff, key=lambda a: abs(diff[a]))
+        return axis, diff[axis]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    top1_same: bool
+    kendall_tau: float
+    median_abs_error: float
+    missed_most: str  # the axis with the largest total |predicted - measured|
+
+
+def agreement(rows: list[Row]) -> Agreement:
+    """How the measured ranking (by step communication) agrees with the predicted one."""
+    pred = [r.predicted_s for r in rows]
+    meas = [r.measured_s for r in rows]
+    miss: dict[str, float] = {}
+    for r in rows:
+        for a in set(r.predicted) | set(r.measured):
+            miss[a] = miss.get(a, 0.0) + abs(r.predicted.get(a, 0.0) - r.measured.get(a, 0.0))
+    return Agreement(
+        top1_same=pred.index(min(pred)) == meas.index(min(meas)),
+        kendall_tau=kendall_tau(pred, meas),
+        median_abs_error=statistics.median(abs(r.error) for r in rows),
+        missed_most=max(miss, key=lambda a: miss[a]),
+    )
+
+
+def text(rows: list[Row], ag: Agreement) -> list[str]:
+    """The verification table and its summary lines."""
+    lines = [
+        "# plan --verify: predicted vs measured step communication (pattern step, the "
+        "Program the planner priced), seconds per step",
+        f"{'config':<28} {'predicted':>10} {'measured':>10} {'error':>8}  missed most",
+    ]
+    for r in rows:
+        axis, d = r.missed_most()
+        lines.append(
+            f"{r.config.full_label:<28} {r.predicted_s:>10.4g} {r.measured_s:>10.4g} "
+            f"{r.error:>+8.1%}  {axis} {d:+.3g} s"
+        )
+    lines += [
+        f"top-1 same: {'yes' if ag.top1_same else 'no'}; Kendall tau {ag.kendall_tau:.2f}; "
+        f"median |error| {ag.median_abs_error:.1%}; missed most: {ag.missed_most}",
+    ]
+    return lines

@@ -1,0 +1,228 @@
+"""The collectives of a Megatron-Core training step outside the per-layer strategies: the
+parts tp, cp, ep, pp, dp and zero leave out, each a function of the layout, the model and
+the workload, for the `step` pattern (which `plan --verify` prices and measures):
+
+- the batch broadcast inside a TP group (megatron.training.utils.get_batch_on_this_tp_rank:
+  tokens, labels, position ids as int64 and the fp32 loss mask, b s elements each, before
+  the CP split);
+- the vocab-parallel embedding's output all-reduce of b (s/c) h (reduce-scatter with sequence
+  parallel, whose backward is an all-gather; VocabParallelEmbedding);
+- the LM head's input-gradient all-reduce in backward (with sequence parallel: the forward
+  all-gather, the backward re-gather of the input and reduce-scatter of its gradient);
+- vocab-parallel cross entropy's three all-reduces of b (s/c) fp32 (max logit, target logit,
+  sum of exponentials; tensor_parallel.cross_entropy);
+- the sequence-parallel layernorm (and router) gradient all-reduce over tp, fp32 main grads
+  (finalize_model_grads._allreduce_layernorm_grads);
+- the loss all-reduce of [loss sum, tokens] in fp32 over dp x cp per micro-batch and the
+  grad-norm all-reduce of one fp32 over the model-parallel ranks (tp x pp; every rank with the
+  distributed optimizer, whose grads are sharded);
+- the MoE token-count all-to-all of E int64 counts per MoE layer (MoEAlltoAllTokenDispatcher)
+  and, with tp > 1 and experts sharded over tp (expert_tensor_parallel), the all-gather over
+  tp of the received tokens after the dispatch and the reduce-scatter before the combine (and
+  their mirror in backward).
+
+int64 buffers move as 8-byte float64 elements: a broadcast or all-to-all does not look at them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.model import ModelShape
+from commbench.traffic.patterns import ep
+from commbench.traffic.patterns.base import check
+from commbench.traffic.program import Program, Step
+
+NAME = "framework"
+
+INT64 = "float64"  # an 8-byte element stands in for int64 tokens and counts
+FP32 = "float32"
+
+
+def _step(op: str, nbytes: int, axis: str, repeat: float, phase: str, dt: str, label: str) -> Step:
+    return Step(op=op, nbytes=nbytes, axis=axis, repeat=repeat, phase=phase, dtype=dt, label=label)
+
+
+def batch_broadcast(layout: ParallelLayout, micro_batch: int, seq: int, m: int) -> list[Step]:
+    """TP rank 0 broadcasts each micro-batch: 3 int64 tensors of b s (tokens, labels, position
+    ids) and the fp32 loss mask of b s."""
+    if layout.tp == 1:
+        return []
+    bs = micro_batch * seq
+    return [
+        _step("broadcast", 8 * bs, Axis.TP, 3 * m, "forward", INT64, "batch tokens/labels/pos"),
+        _step("broadcast", 4 * bs, Axis.TP, m, "forward", FP32, "batch loss mask"),
+    ]
+
+
+def embedding(layout: ParallelLayout, S: int, m: int, sp: bool, dt: str) -> list[Step]:
+    """Vocab-parallel embedding of b (s/c) h (S bytes): forward all-reduce, or with sequence
+    parallel a reduce-scatter forward and its all-gather backward."""
+    if layout.tp == 1:
+        return []
+    if not sp:
+        return [_step("allreduce", S, Axis.TP, m, "forward", dt, "embedding output")]
+    return [
+        _step("reduce_scatter", S, Axis.TP, m, "forward", dt, "embedding output (SP)"),
+        _step("allgather", S, Axis.TP, m, "backward", dt, "embedding grad (SP)"),
+    ]
+
+
+def lm_head(layout: ParallelLayout, S: int, m: int, sp: bool, dt: str) -> tuple[list, list]:
+    """(forward, backward) of the column-parallel LM head on b (s/c) h (S bytes): the input
+    gradient's all-reduce, or with sequence parallel the forward all-gather of the input, its
+    re-gather in backward and the reduce-scatter of its gradient."""
+    if layout.tp == 1:
+        return [], []
+    if not sp:
+        return [], [_step("allreduce", S, Axis.TP, m, "backward", dt, "LM head input grad")]
+    fwd = [_step("allgather", S, Axis.TP, m, "forward", dt, "LM head input (SP)")]
+    bwd = [
+        _step("allgather", S, Axis.TP, m, "backward", dt, "LM head input re-gather (SP)"),
+        _step("reduce_scatter", S, Axis.TP, m, "backward", dt, "LM head input grad (SP)"),
+    ]
+    return fwd, bwd
+
+
+def cross_entropy(layout: ParallelLayout, tokens: int, m: int) -> list[Step]:
+    """Vocab-parallel cross entropy: 3 all-reduces of b (s/c) fp32 per micro-batch."""
+    if layout.tp == 1:
+        return []
+    return [_step("allreduce", 4 * tokens, Axis.TP, 3 * m, "forward", FP32, "cross entropy")]
+
+
+def norm_params(layout: ParallelLayout, model: ModelShape) -> int:
+    """Parameters of the busiest stage marked sequence_parallel: 2 norms of h per layer, the
+    router (E h) of each MoE layer and the final norm on the last stage."""
+    stage = model.busiest_stage(layout.pp, layout.tp, layout.ep)
+    n = sum(
+        2 * model.hidden + (model.experts * model.hidden if model.is_moe_layer(i) else 0)
+        for i in model.stage_layers(layout.pp, stage)
+    )
+    return n + (model.hidden if stage == layout.pp - 1 else 0)
+
+
+def layernorm_grads(layout: ParallelLayout, model: ModelShape, sp: bool) -> list[Step]:
+    """With sequence parallel, one all-reduce over tp of the norm gradients (fp32 main grads)."""
+    if layout.tp == 1 or not sp:
+        return []
+    return [
+        _step(
+            "allreduce", 4 * norm_params(layout, model), Axis.TP, 1, "backward", FP32,
+            "SP layernorm grads",
+        )
+    ]  # fmt: skip
+
+
+def loss(layout: ParallelLayout, m: int) -> list[Step]:
+    """[loss sum, tokens] in fp32 all-reduced over dp x cp each micro-batch."""
+    if layout.dp * layout.cp == 1:
+        return []
+    axis = f"{Axis.DP}-{Axis.CP}" if layout.cp > 1 else Axis.DP
+    return [_step("allreduce", 8, axis, m, "forward", FP32, "loss")]
+
+
+def grad_norm(layout: ParallelLayout, distributed_optimizer: bool) -> list[Step]:
+    """The squared grad norm, one fp32, over the model-parallel ranks (tp x pp), or over every
+    rank when the distributed optimizer shards the gradients."""
+    axis = "-".join(
+        a
+        for a in (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+        if distributed_optimizer or a in (Axis.TP, Axis.PP)
+    )
+    size = layout.world if distributed_optimizer else layout.tp * layout.pp
+    if size == 1:
+        return []
+    return [_step("allreduce", 4, axis, 1, "optimizer", FP32, "grad norm")]
+
+
+def token_counts(layout: ParallelLayout, model: ModelShape, moe_layers: float) -> list[Step]:
+    """Each MoE layer's forward exchanges the E int64 tokens-per-expert counts over ep."""
+    if layout.ep == 1 or not moe_layers:
+        return []
+    return [
+        _step(
+            "alltoall", 8 * model.experts, Axis.EP, moe_layers, "forward", INT64,
+            "MoE token counts",
+        )
+    ]  # fmt: skip
+
+
+def moe_tp(layout: ParallelLayout, recv_bytes: int, moe_layers: float, dt: str) -> list[Step]:
+    """With tp > 1, the tokens an EP rank received are gathered over tp for its TP-sharded
+    experts and reduce-scattered back before the combine (S = tp x received bytes); backward
+    mirrors both."""
+    if layout.tp == 1 or not moe_layers or layout.ep == 1:
+        return []
+    S = layout.tp * recv_bytes
+    return [
+        _step("allgather", S, Axis.TP, moe_layers, "forward", dt, "MoE tokens to expert TP"),
+        _step("reduce_scatter", S, Axis.TP, moe_layers, "forward", dt, "MoE expert TP output"),
+        _step("allgather", S, Axis.TP, moe_layers, "backward", dt, "MoE expert TP output grad"),
+        _step("reduce_scatter", S, Axis.TP, moe_layers, "backward", dt, "MoE tokens grad"),
+    ]
+
+
+@dataclass(frozen=True)
+class Options(ep.Options):
+    """The workload, sequence parallel, the distributed optimizer (grad norm over every
+    rank), expert_tensor_parallel (experts sharded over tp, Megatron-Core's ETP = TP: the
+    received tokens are gathered over tp; off, ETP = 1 as pattern ep models it, each TP rank
+    routes its own tokens) and EP routing as pattern ep's."""
+
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+    expert_tensor_parallel: bool = False
+
+
+def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[str, list[Step]]:
+    """The ops above by where Megatron-Core issues them in a step: the batch and embedding
+    (input), the MoE token counts and expert-TP gathers, the LM head and cross entropy
+    (head), the loss, their backward, the layernorm grads, the grad norm."""
+    seq = options.seq(model)
+    sp = options.sequence_parallel and layout.tp > 1
+    moe = model.is_moe and layout.ep > 1
+    check(layout, model, seq, sp or (moe and layout.tp > 1))
+    m, dt = options.micro_batches, options.dtype
+    tokens = options.micro_batch * seq // layout.cp
+    S = tokens * model.hidden * options.elem
+    out: dict[str, list[Step]] = {"moe_counts": [], "moe_forward": [], "moe_backward": []}
+    if moe:
+        split, _, routing = ep.routed(layout, model, options, math.ceil(tokens / layout.tp))
+        n = routing["moe_layers"] * m
+        recv = max(sum(col) for col in zip(*split))
+        expert_tp = moe_tp(layout, recv, n, dt) if options.expert_tensor_parallel else []
+        out.update(
+            moe_counts=token_counts(layout, model, n),
+            moe_forward=expert_tp[:2],
+            moe_backward=expert_tp[2:],
+        )
+    head_fwd, head_bwd = lm_head(layout, S, m, sp, dt)
+    emb = embedding(layout, S, m, sp, dt)
+    out.update(
+        input=batch_broadcast(layout, options.micro_batch, seq, m)
+        + [s for s in emb if s.phase == "forward"],
+        head=head_fwd + cross_entropy(layout, tokens, m),
+        loss=loss(layout, m),
+        head_backward=head_bwd,
+        input_backward=[s for s in emb if s.phase == "backward"],
+        grads=layernorm_grads(layout, model, sp),
+        optimizer=grad_norm(layout, options.distributed_optimizer),
+    )
+    return out
+
+
+ORDER = ("input", "moe_counts", "moe_forward", "head", "loss", "head_backward", "moe_backward",
+         "input_backward", "grads", "optimizer")  # fmt: skip
+
+
+def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
+    """Every op above of one step on the busiest rank, in Megatron-Core's order."""
+    by_part = parts(layout, model, options)
+    steps = tuple(s for part in ORDER for s in by_part[part])
+    seq = options.seq(model)
+    tokens = options.micro_batch * seq // layout.cp
+    meta = {"norm_params": norm_params(layout, model), "tokens": tokens}
+    return Program(NAME, steps, meta)

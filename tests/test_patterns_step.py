@@ -1,0 +1,175 @@
+"""The whole-step pattern against Megatron-LM's formulas: the framework ops the per-strategy
+patterns leave out (embedding, LM head, cross entropy, SP layernorm grads, batch broadcast,
+loss, grad norm, distributed optimizer, MoE token counts) and the step as the sum of its
+parts. llama-7b, TP=2, DP=4, s=2048, b=1 as the issue's Megatron comparison."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from commbench.errors import UsageError
+from commbench.report.step_timeline import step_timelines
+from commbench.results.rundir import read_run
+from commbench.traffic import patterns
+from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.presets import get_model
+
+from conftest import run_mpi, run_single
+
+LLAMA = get_model("llama-7b")
+MIXTRAL = get_model("mixtral-8x7b")
+B, S_LEN, H = 1, 2048, 4096
+ACT = B * S_LEN * H * 2  # b s h in bf16
+
+
+def step(world=8, model=LLAMA, **kw):
+    degrees = {k: kw.pop(k) for k in ("tp", "cp", "ep", "pp") if k in kw}
+    opts = {"seq_len": S_LEN, "micro_batch": B, "micro_batches": 1, **kw}
+    return patterns.build("step", ParallelLayout(world, **degrees), model, opts)
+
+
+def by_label(prog, label):
+    found = [s for s in prog.steps if s.label == label]
+    assert len(found) == 1, (label, [s.label for s in prog.steps])
+    return found[0]
+
+
+def test_embedding_and_lm_head_without_sp():
+    prog = step(tp=2)
+    emb = by_label(prog, "embedding output")
+    assert (emb.op, emb.axis, emb.nbytes, emb.repeat, emb.phase) == (
+        "allreduce", "tp", ACT, 1, "forward",
+    )  # fmt: skip
+    head = by_label(prog, "LM head input grad")
+    assert (head.op, head.nbytes, head.phase) == ("allreduce", ACT, "backward")
+
+
+def test_embedding_and_lm_head_with_sp():
+    prog = step(tp=2, sequence_parallel=True)
+    assert by_label(prog, "embedding output (SP)").op == "reduce_scatter"
+    assert by_label(prog, "embedding grad (SP)").op == "allgather"
+    ops = [(s.op, s.phase, s.nbytes) for s in prog.steps if s.label.startswith("LM head")]
+    assert ops == [
+        ("allgather", "forward", ACT),
+        ("allgather", "backward", ACT),
+        ("reduce_scatter", "backward", ACT),
+    ]
+
+
+def test_cross_entropy_is_three_fp32_allreduces_of_bs():
+    ce = by_label(step(tp=2, micro_batches=3), "cross entropy")
+    assert (ce.op, ce.dtype, ce.nbytes, ce.repeat) == ("allreduce", "float32", B * S_LEN * 4, 9)
+
+
+def test_layernorm_grads_only_with_sp():
+    labels = [s.label for s in step(tp=2).steps]
+    assert "SP layernorm grads" not in labels
+    ln = by_label(step(tp=2, sequence_parallel=True), "SP layernorm grads")
+    # Megatron: 2 RMSNorm weights per layer + the final norm, fp32 main grads
+    assert ln.nbytes == (2 * 32 + 1) * H * 4 and ln.axis == "tp"
+
+
+def test_batch_broadcast_loss_and_grad_norm():
+    prog = step(tp=2, micro_batches=2)
+    tokens = by_label(prog, "batch tokens/labels/pos")
+    mask = by_label(prog, "batch loss mask")
+    assert (tokens.op, tokens.nbytes, tokens.repeat) == ("broadcast", 8 * B * S_LEN, 6)
+    assert (mask.nbytes, mask.repeat) == (4 * B * S_LEN, 2)
+    loss = by_label(prog, "loss")
+    assert (loss.axis, loss.nbytes, loss.repeat) == ("dp", 8, 2)
+    assert by_label(prog, "grad norm").axis == "tp-pp"
+    assert by_label(step(tp=2, distributed_optimizer=True), "grad norm").axis == "tp-cp-dp-pp"
+
+
+def test_distributed_optimizer_moves_fp32_grads_and_bf16_params():
+    prog = step(tp=2, distributed_optimizer=True)
+    params = LLAMA.rank_params(tp=2)
+    rs = sum(s.total_bytes for s in prog.steps if s.op == "reduce_scatter")
+    ag = sum(s.total_bytes for s in prog.steps if s.op == "allgather")
+    assert {s.dtype for s in prog.steps if s.op == "reduce_scatter"} == {"float32"}
+    # padded to whole elements over the 4 dp ranks, per bucket
+    assert 0 <= rs - 4 * params < 4 * 4 * 8 and 0 <= ag - 2 * params < 2 * 4 * 8
+    assert not [s for s in prog.steps if s.label.startswith("grad bucket")]  # no DDP buckets
+    ddp = step(tp=2)
+    assert sum(s.total_bytes for s in ddp.steps if s.label.startswith("grad bucket")) == 4 * params
+
+
+def test_moe_token_counts_and_expert_tp():
+    plain = step(world=8, model=MIXTRAL, tp=2, ep=4, seq_len=256, micro_batches=2)
+    assert not [s for s in plain.steps if "expert TP" in s.label]  # ETP = 1: none
+    prog = step(
+        world=8, model=MIXTRAL, tp=2, ep=4, seq_len=256, micro_batches=2,
+        expert_tensor_parallel=True,
+    )  # fmt: skip
+    counts = by_label(prog, "MoE token counts")
+    assert (counts.op, counts.axis, counts.nbytes) == ("alltoall", "ep", 8 * MIXTRAL.experts)
+    assert counts.repeat == MIXTRAL.layers * 2
+    dispatch = by_label(prog, "dispatch")
+    received = max(sum(col) for col in zip(*dispatch.split))
+    gather = by_label(prog, "MoE tokens to expert TP")
+    assert (gather.op, gather.axis, gather.nbytes) == ("allgather", "tp", 2 * received)
+    order = [s.label for s in prog.steps]
+    assert order.index("MoE token counts") < order.index("dispatch") < order.index(gather.label)
+    assert order.index(gather.label) < order.index("combine")
+
+
+def test_step_is_the_sum_of_the_planners_parts():
+    layout = ParallelLayout(8, tp=2, pp=2)
+    opts = {"seq_len": S_LEN, "micro_batches": 4, "sequence_parallel": True}
+    prog = patterns.build("step", layout, LLAMA, opts)
+    parts = patterns.training_step(layout, LLAMA, opts)
+    parts["framework"] = patterns.build("framework", layout, LLAMA, opts)
+    assert set(parts) == {"tp", "pp", "dp", "framework"}
+    assert Counter(prog.steps) == Counter(s for p in parts.values() for s in p.steps)
+    phases = [s.phase for s in prog.steps]
+    assert phases.index("forward+backward") > max(i for i, p in enumerate(phases) if p == "forward")
+    assert phases[-1] == "optimizer"
+
+
+@pytest.mark.parametrize(
+    ("degrees", "what"),
+    [({"tp": 3}, "tp=3"), ({"pp": 3}, "pp=3"), ({"cp": 3}, "cp=3")],
+)
+def test_degrees_that_do_not_fit_the_model(degrees, what):
+    with pytest.raises(UsageError, match=what):
+        step(world=degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1), **degrees)
+
+
+def test_suite_step_dry_run_prints_the_whole_program():
+    job = run_single("suite", "step", "--quick", "--dry-run", "--world", "8")
+    assert job.returncode == 0, job.output
+    for label in ("batch tokens/labels/pos", "cross entropy", "MoE token counts", "grad norm"):
+        assert label in job.stdout
+    assert "1F1B p=2 m=4" in job.stdout and "dense params" in job.stdout  # pp, distopt
+
+
+def test_suite_step_bad_degree_exits_2():
+    job = run_single("suite", "step", "--quick", "--dry-run", "--world", "6", "--degree", "tp=3")
+    assert job.returncode == 2 and "tp=3 does not divide the 8 heads" in job.stderr, job.output
+    assert "Traceback" not in job.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_suite_step_on_8_ranks(tmp_path, backend):
+    """Every config of the quick step suite on 8 ranks, every op checked exactly, with the
+    step's time split by axis and phase."""
+    job = run_mpi(
+        8, "suite", "step", "--quick", "--backend", backend, "--results", str(tmp_path),
+        "--run-id", "s", timeout=300,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of 12 (checked)" in job.stdout
+    assert "raw communication by axis: " in job.stdout
+    assert "raw communication by phase: " in job.stdout
+    # the report's timeline lays every Program step end to end: its length is the point's time
+    run = read_run(tmp_path / "s")
+    timelines = step_timelines([run])
+    points = [r for r in run.records if r.get("kind") == "point" and r["pattern"] == "step"]
+    assert len(timelines) == len(points) == 11
+    for tl, pt in zip(timelines, points):
+        assert len(tl.spans) == pt["steps_total"]
+        assert tl.total_s * 1e6 == pytest.approx(pt["time_us"], rel=1e-6)
+        assert all(s.end > s.start for s in tl.spans)  # every step measured

@@ -1,0 +1,128 @@
+"""plan --verify: the pure parts against their formulas (Kendall tau, agreement, the configs
+chosen and the bad-input errors) and, under mpirun, a whole verification of the top planned
+configs with a calibration measured on the same world."""
+
+from __future__ import annotations
+
+import pytest
+from plan_samples import synthetic_calibration
+
+from commbench.commands.emulate import command_line
+from commbench.errors import UsageError
+from commbench.plan import PlanRequest, plan, verify
+from commbench.plan.search import Config
+from commbench.report.figures.models import verify_ranking
+from commbench.report.step_timeline import verifications
+from commbench.results.rundir import read_run
+from commbench.traffic.presets import parse_model_arg
+
+from conftest import run_mpi, run_single
+
+TINY = "tiny:layers=4,hidden=256,ffn_hidden=512,heads=8,kv_heads=4,vocab=1024,seq_len=256"
+
+
+def cfg(tp=1, dp=1, pp=1) -> Config:
+    return Config(tp=tp, cp=1, ep=1, dp=dp, pp=pp, micro_batch=1, micro_batches=4, zero_stage=0)
+
+
+def test_kendall_tau_counts_concordant_minus_discordant_pairs():
+    assert verify.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert verify.kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    # one adjacent swap among 4: 5 concordant, 1 discordant of 6 pairs
+    assert verify.kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+
+
+def test_agreement_top1_error_and_the_axis_missed_most():
+    rows = [
+        verify.Row(cfg(tp=2, dp=4), {"tp": 1.0, "dp": 1.0}, {"tp": 1.5, "dp": 1.0}),
+        verify.Row(cfg(dp=8), {"dp": 3.0}, {"dp": 3.0}),
+        verify.Row(cfg(pp=2, dp=4), {"pp": 4.0}, {"pp": 2.8}),
+    ]
+    ag = verify.agreement(rows)
+    assert ag.top1_same  # 2.0 predicted and 2.5 measured are both the smallest
+    assert ag.kendall_tau == pytest.approx(1 / 3)  # the last two swap
+    assert ag.median_abs_error == pytest.approx(0.2)  # |2/2.5 - 1|, 0, |4/2.8 - 1|
+    assert ag.missed_most == "pp"
+    assert rows[0].missed_most() == ("tp", -0.5)
+
+
+def test_select_takes_distinct_fitting_configs_and_refuses_too_many():
+    req = PlanRequest(
+        model=parse_model_arg(TINY), gpus=4, gpus_per_node=4, global_batch=8, zero_stages=(0,)
+    )
+    result = plan(req, synthetic_calibration())
+    chosen = verify.select(result, 4, 3)
+    assert len(chosen) == 3 and len({c.full_label for c in chosen}) == 3
+    assert chosen[0] == result.ranked[0].config
+    with pytest.raises(UsageError, match=r"--verify 999: only \d+ planned config"):
+        verify.select(result, 4, 999)
+    with pytest.raises(UsageError, match="--gpus 4 but 8 rank"):
+        verify.select(result, 8, 1)
+
+
+def test_the_planner_prices_the_step_program_it_measures():
+    req = PlanRequest(model=parse_model_arg(TINY), gpus=4, gpus_per_node=4, global_batch=8)
+    prog = verify.step_program(req, cfg(tp=2, dp=2))
+    assert prog.pattern == "step"
+    labels = {s.label for s in prog.steps}
+    assert {"embedding output", "cross entropy", "grad norm", "LM head input grad"} <= labels
+
+
+def test_emulate_accepts_plan_only_with_verify():
+    assert command_line(["--", "plan", "--verify", "4"], "mpi")[:3] == ["plan", "--verify", "4"]
+    with pytest.raises(UsageError, match="without --verify"):
+        command_line(["--", "plan", "--model", "x"], "mpi")
+
+
+def test_verify_needs_a_measured_calibration():
+    job = run_single("plan", "--model", TINY, "--gpus", "1", "--verify", "1")
+    assert job.returncode == 2 and "--verify needs --calibration" in job.stderr, job.output
+
+
+SWEEP = """\
+description: calibration for plan --verify
+timing: {budget: 0.01, min_iters: 3, max_iters: 10}
+max_bytes: 16M
+runs:
+  - pattern: collectives
+    options:
+      ops: [allreduce, allgather, reduce_scatter, alltoall, sendrecv, broadcast]
+      min_bytes: 8
+      max_bytes: 4M
+      factor: 4
+"""
+
+
+@pytest.mark.mpi
+def test_verify_on_4_ranks(tmp_path):
+    """Calibrate 4 ranks, then verify the top 3 planned configs on them; K too large is exit
+    2 on every rank with nothing run."""
+    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    job = run_mpi(
+        4, "suite", str(tmp_path / "sweep.yaml"), "--backend", "mpi", "--results",
+        str(tmp_path), "--run-id", "sweep", timeout=300,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    cal = tmp_path / "cal.json"
+    job = run_single("fit", str(tmp_path / "sweep"), "-o", str(cal), "-q", timeout=120)
+    assert job.returncode == 0, job.output
+    common = ["plan", "--model", TINY, "--gpus", "4", "--gpus-per-node", "4",
+              "--global-batch", "8", "--calibration", str(cal), "--backend", "mpi",
+              "--results", str(tmp_path)]  # fmt: skip
+    job = run_mpi(4, *common, "--verify", "999", "--run-id", "bad", timeout=120)
+    assert job.returncode == 2 and "--verify 999: only" in job.stderr, job.output
+    assert not (tmp_path / "bad").exists()
+    job = run_mpi(
+        4, *common, "--verify", "3", "--rounds", "2", "--budget", "0.02", "--run-id", "v",
+        timeout=300,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Kendall tau" in job.stdout and "top-1 same:" in job.stdout
+    assert "wrong data" not in job.stdout
+    records = (tmp_path / "v" / "records.jsonl").read_text()
+    assert records.count('"kind": "point"') == 6 and '"pattern": "step"' in records  # 2 rounds
+    # the report's ranking figure reads the prediction kept in each point's meta
+    (check,) = verifications([read_run(tmp_path / "v")])
+    assert len(check.configs) == 3 and all(p > 0 and m > 0 for _, p, m in check.configs)
+    fig = verify_ranking(check)
+    assert fig.png.startswith(b"\x89PNG") and fig.name == "verify-v"
