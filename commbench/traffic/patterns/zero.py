@@ -109,28 +109,19 @@ def _per_unit(
         sizes[key] = sizes.get(key, 0) + 1
     out = []
     for (label, ag, rs), n in sizes.items():
-        out.append(
+        # parameters gathered before the forward and again before the backward (ZeRO-3)
+        out += [
             Step(
                 op="allgather",
                 nbytes=ag,
                 axis=axis,
                 repeat=n * m,
-                phase="forward",
+                phase=phase,
                 dtype=options.dtype,
                 label=f"{label} params",
             )
-        )
-        out.append(
-            Step(
-                op="allgather",
-                nbytes=ag,
-                axis=axis,
-                repeat=n * m,
-                phase="backward",
-                dtype=options.dtype,
-                label=f"{label} params",
-            )
-        )
+            for phase in ("forward", "backward")
+        ]
         out.append(
             Step(
                 op="reduce_scatter",
