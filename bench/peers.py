@@ -13,9 +13,13 @@ commbench's time divided by each tool's, both measured in the same round.
 Like for like: the sizes are OSU's and IMB's (per rank for allgather/alltoall: commbench
 runs `--per-rank-size`), bytes as int8 (MPI_CHAR/MPI_BYTE) except allreduce in float32
 (OSU `-T mpi_float`, IMB's MPI_FLOAT reductions); the tools' average over iterations (and
-ranks) against commbench's mean (`time_mean_us`; `--stat time_us` for its median of the max
-over ranks); pingpong timed back to back (`--timing pipelined`), as osu_latency and IMB
-PingPong; commbench's buffers in the same mode as the tools' own (`plain`: 4 KiB pages,
+ranks) against commbench's `rank_avg_us`, the same statistic: each rank's mean over
+iterations, averaged over ranks (OSU's "Avg Latency", IMB's t_avg; `--stat time_mean_us` for
+commbench's own mean of the max over ranks, which reads up to 1.5x higher at small sizes where
+ranks leave the barrier apart); OSU's iteration counts (`--iters osu`: osu_latency 10000 + 100
+warm-up up to 8 KiB, 1000 + 10 above; the collectives 1000 + 100 and 100 + 10), where the
+adaptive count would time a different number of calls; pingpong timed back to back
+(`--timing pipelined`), as osu_latency and IMB PingPong; commbench's buffers in the same mode as the tools' own (`plain`: 4 KiB pages,
 what their page-aligned malloc gets under THP `madvise`).
 """
 
@@ -45,6 +49,9 @@ IMB_BENCHMARKS = {"pingpong": "PingPong", "allreduce": "Allreduce"}
 IMB_BENCHMARKS |= {"allgather": "Allgather", "alltoall": "Alltoall"}
 DTYPE = {"allreduce": "float32"}  # commbench: the others as int8 bytes
 BUILD_TIMEOUT_S = 1800
+OSU_LARGE = 8192  # LARGE_MESSAGE_SIZE in OSU's osu_util.h: sizes above take the large counts
+# (iterations, warm-up) below and above OSU_LARGE: LAT_LOOP_* / COLL_LOOP_* and *_SKIP_*
+OSU_ITERS = {"pingpong": ((10000, 100), (1000, 10)), "collective": ((1000, 100), (100, 10))}
 Key = tuple[str, str, int, int]  # (tool, op, ranks, size)
 
 
@@ -124,10 +131,26 @@ def parse_imb(text: str) -> dict[str, dict[int, float]]:
 
 # ---- one round ------------------------------------------------------------------------------
 def run_commbench(op: str, n: int, hi: int, args: argparse.Namespace) -> dict[int, float]:
-    """Size (OSU's) -> commbench's time (us) of one sweep."""
+    """Size (OSU's) -> commbench's time (us): one sweep, or two with OSU's counts."""
+    if args.iters == "adapt":
+        return _commbench_sweep(op, n, 8, hi, [], args)
+    small, large = OSU_ITERS["pingpong" if op == "pingpong" else "collective"]
+    got = _commbench_sweep(op, n, 8, min(hi, OSU_LARGE), _counts(small), args)
+    if hi > OSU_LARGE:
+        got |= _commbench_sweep(op, n, 2 * OSU_LARGE, hi, _counts(large), args)
+    return got
+
+
+def _counts(iters_warmup: tuple[int, int]) -> list[str]:
+    return ["-n", str(iters_warmup[0]), "-w", str(iters_warmup[1])]
+
+
+def _commbench_sweep(
+    op: str, n: int, lo: int, hi: int, counts: list[str], args: argparse.Namespace
+) -> dict[int, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        argv = ["run", op, "-m", f"8:{hi}", "--per-rank-size", "-d", DTYPE.get(op, "int8")]
-        argv += ["--buffers", args.buffers, "--results", tmp, "--run-id", "r"]
+        argv = ["run", op, "-m", f"{lo}:{hi}", "--per-rank-size", "-d", DTYPE.get(op, "int8")]
+        argv += ["--buffers", args.buffers, "--results", tmp, "--run-id", "r", *counts]
         argv += ["--timing", "pipelined"] if op == "pingpong" else []
         mpirun(n, commbench(*argv), timeout=900)
         records = [json.loads(line) for line in (Path(tmp) / "r" / "records.jsonl").open()]
@@ -201,7 +224,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
     ap.add_argument("--max", default="4M", help="largest size, a power of 2 (default: 4M)")
     ap.add_argument("--buffers", choices=("plain", "hugepage"), default="plain")
-    ap.add_argument("--stat", choices=("time_mean_us", "time_us"), default="time_mean_us")
+    ap.add_argument(
+        "--stat", choices=("rank_avg_us", "time_mean_us", "time_us"), default="rank_avg_us"
+    )
+    ap.add_argument(
+        "--iters", choices=("osu", "adapt"), default="osu", help="commbench's iteration counts"
+    )
     ap.add_argument("--json", default=None, help="write the headline rows here")
     args = ap.parse_args()
     if not (args.osu or args.imb):

@@ -66,6 +66,8 @@ def measure(n: int, args: list[str], timeout: float) -> dict:
     for key, _ in STAGES:
         stamps = [d["process_start"] if key == "python" else d["marks"][key] for d in ranks]
         out[key] = max(stamps) - t0
+    for key, _ in STAGES[1:]:  # CPU seconds a rank had used by then (median over ranks)
+        out[f"cpu:{key}"] = median([d["cpu"][key] for d in ranks])
     heavy = sorted({m.split(".")[0] for d in ranks for m in d["modules"]} & set(HEAVY))
     out["heavy"] = heavy
     out["modules"] = max(len(d["modules"]) for d in ranks)
@@ -120,6 +122,12 @@ def main() -> int:
                             len(heavy), "", "0", not heavy))  # fmt: skip
             print(f"#   {name}: heavy modules imported: {', '.join(heavy) or 'none'}; "
                   f"modules loaded (max over ranks): {max(r['modules'] for r in rounds)}")  # fmt: skip
+    print("# CPU seconds used by each rank at the milestones (median over ranks and rounds):")
+    for name, rounds in got.items():
+        if name != "bare":
+            print(f"{name:>14}" + " " * 14 + "".join(
+                f"{median([r['cpu:' + k] for r in rounds]):>14.3f}" for k, _ in STAGES[1:]
+            ))  # fmt: skip
     print("# milestones: " + "; ".join(f"{k} = {v}" for k, v in STAGES))
     write_rows(args.json, rows)
     return 0

@@ -2,7 +2,9 @@
 
 With COMMBENCH_DIAG_DIR=DIR every rank writes DIR/rank-<r>.json when the command ends: wall
 clock stamps of start-up milestones (process start, main, MPI ready, first measured point,
-end), the modules it imported and its peak RSS. Off (a dict look-up) otherwise.
+end) with the CPU seconds the process had used by each (on an oversubscribed machine the
+wall clock is everyone's load, the CPU time this rank's own work), the modules it imported
+and its peak RSS. Off (a dict look-up) otherwise.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from pathlib import Path
 ENV = "COMMBENCH_DIAG_DIR"
 _DIR = os.environ.get(ENV)
 _marks: dict[str, float] = {}
+_cpu: dict[str, float] = {}
 
 
 def mark(event: str) -> None:
     """Remember when `event` first happened (time.time(), comparable across local ranks)."""
     if _DIR and event not in _marks:
         _marks[event] = time.time()
+        _cpu[event] = time.process_time()
 
 
 def process_start_time() -> float | None:
@@ -47,6 +51,7 @@ def dump(rank: int) -> None:
         "pid": os.getpid(),
         "process_start": process_start_time(),
         "marks": _marks,
+        "cpu": _cpu,
         "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "modules": sorted(sys.modules),
     }

@@ -170,6 +170,7 @@ class Session:
                 outcome = ("error", str(e))
             except OSError as e:
                 outcome = ("error", cannot_create_run(self.opts.results, e))
+        self.world.settle()  # the others wait while rank 0 reads git and writes meta.json
         outcome = self.world.bcast_obj(outcome, root=0)
         if outcome[0] == "error":
             raise UsageError(outcome[1])
@@ -212,6 +213,7 @@ class Session:
         if exc is None:
             self._finish("complete")
             with self.watchdog.guard("shut-down"):
+                self.world.settle()  # rank 0 wrote the last records: no one spins meanwhile
                 self._close()
             return False
         if isinstance(exc, Interrupted):

@@ -52,6 +52,17 @@ def _mpitype(buf: np.ndarray) -> Any:
     }[buf.dtype]
 
 
+def _wait_gently(req: MPI.Request) -> None:
+    """Complete `req`, polling with sleeps that grow from 20 us to 1 ms: Open MPI's blocking
+    waits busy-poll (yielding at best), which on an oversubscribed machine takes the cores
+    from the rank being waited for; the sleeps also leave the interpreter lock to the
+    watchdog and signal threads."""
+    pause = 2e-5
+    while not req.Test():
+        time.sleep(pause)
+        pause = min(2 * pause, 1e-3)
+
+
 def _spec(buf: np.ndarray) -> list:
     return [buf, _mpitype(buf)]
 
@@ -103,6 +114,9 @@ class MPICommunicator(Communicator):
     def barrier(self) -> None:
         self.comm.Barrier()
 
+    def settle(self) -> None:
+        _wait_gently(self.comm.Ibarrier())
+
     def abort(self, code: int) -> None:
         MPI.COMM_WORLD.Abort(code)
 
@@ -122,9 +136,11 @@ class MPICommunicator(Communicator):
     # Buffer Allreduce, not the pickled `allreduce(op=MAX)`: that one holds the GIL while it
     # waits for peers, starving the watchdog and signal threads (a peer hung at a stop
     # agreement would hang us too, and a SIGTERM could not be recorded before the SIGKILL).
+    # The stop agreement that opens every point waits for rank 0 to write the last one: it
+    # waits gently (see settle).
     def max_int(self, value: int) -> int:
         buf = np.array([value], dtype=np.int64)
-        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        _wait_gently(self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.MAX))
         return int(buf[0])
 
     def max_float(self, value: float) -> float:
