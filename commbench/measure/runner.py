@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,10 +35,12 @@ from commbench.measure.transport.base import (
 from commbench.ops import OPS, bus_factor, record_bytes, step_buffer_bytes
 from commbench.ops.checkdata import exact_sum
 from commbench.ops.spec import overlap_pct
-from commbench.results.records import Measurement
 from commbench.sizes import parse_size
 from commbench.traffic.layout import GroupInfo
 from commbench.traffic.program import Step
+
+if TYPE_CHECKING:  # records are built on rank 0 only: the others never import them
+    from commbench.results.records import Measurement
 
 
 class Interrupted(Exception):
@@ -304,6 +307,8 @@ class Runner:
         t = stats["time_us"] * 1e-6
         with_compute = float(np.median(np.max(np.vstack(overall), axis=0))) if overall else None
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
+        from commbench.results.records import Measurement
+
         return Measurement(
             op=step.op,
             dtype=step.dtype,

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
@@ -34,13 +34,15 @@ from commbench.measure.launch import (
 )
 from commbench.measure.notice import Notice
 from commbench.measure.progress import Progress, describe
-from commbench.measure.provenance import emulation, git_revision, relevant_env
+from commbench.measure.provenance import emulation
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
 from commbench.measure.watchdog import Watchdog, outside_guard
-from commbench.results.rundir import RunWriter, cannot_create_run
 from commbench.traffic.layout import host_map
+
+if TYPE_CHECKING:  # rank 0 alone writes the run directory: the others never import it
+    from commbench.results.rundir import RunWriter
 
 EXIT_INTERRUPTED = 130
 # SIGUSR1 is the graceful stop under mpirun: Open MPI forwards it to every rank as is, whereas
@@ -161,6 +163,8 @@ class Session:
         """Rank 0 creates the run directory; everyone learns whether that worked."""
         outcome: tuple[str, str] = ("ok", "")
         if self.is_root and self.opts.write:
+            from commbench.results.rundir import RunWriter, cannot_create_run
+
             try:
                 self.writer = RunWriter.create(
                     self.opts.results, self.opts.command, self.meta(), self.opts.run_id
@@ -180,6 +184,8 @@ class Session:
 
     def meta(self) -> dict:
         """Provenance for meta.json: command, hosts, backend and library versions, env, git."""
+        from commbench.measure.provenance import git_revision, relevant_env
+
         unique_hosts = list(dict.fromkeys(self.hosts))
         return {
             "command": shlex.join(["commbench", *sys.argv[1:]]),

@@ -8,6 +8,7 @@ replica, so the patterns' Programs add up to one step's traffic and a planner ca
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -241,13 +242,19 @@ def _type_name(tp: Any) -> str:
     return "null" if tp is type(None) else tp.__name__
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """An Options class's resolved annotations, once per class (a suite builds one per run)."""
+    return typing.get_type_hints(cls)
+
+
 def options_from_dict(cls: type, data: dict | None, where: str) -> Any:
     """Build a pattern's Options from a mapping, naming the field of any unknown key, wrong
     type or invalid value (`runs[0].options.router: ...`)."""
     data = data or {}
     if not isinstance(data, dict):
         raise UsageError(f"{where}: expected a mapping of option: value")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     values = {}
     for key, value in data.items():
