@@ -59,7 +59,7 @@ browser:
 	  || echo "note: chromium not installed; the browser check of the report will be skipped"; }
 
 test: install browser
-	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 test-all: install browser consumers-venv
 	COMMBENCH_CONSUMERS_PYTHON=$(abspath $(CONSUMERS_VENV))/bin/python $(BIN)/pytest -q $(PYTEST_ARGS)
