@@ -7,7 +7,7 @@ Builds OSU Micro-Benchmarks (configure + make of the pt2pt and blocking collecti
 and IMB-MPI1 from the source directories given, with the mpicc of the MPI mpi4py loaded, into
 bench/_build/peers/ (nothing is downloaded), then runs rounds, interleaved tool by tool
 (commbench, OSU, IMB, commbench, ...), of pingpong, allreduce, allgather and alltoall from 8 B
-to 4 MiB on each rank count, and prints, per (op, ranks, size), the median over rounds of
+to 4 MiB on each rank count (the tools' order rotating from round to round), and prints, per (op, ranks, size), the median over rounds of
 commbench's time divided by each tool's, both measured in the same round.
 
 Like for like: the sizes are OSU's and IMB's (per rank for allgather/alltoall: commbench
@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,6 +50,7 @@ IMB_BENCHMARKS = {"pingpong": "PingPong", "allreduce": "Allreduce"}
 IMB_BENCHMARKS |= {"allgather": "Allgather", "alltoall": "Alltoall"}
 DTYPE = {"allreduce": "float32"}  # commbench: the others as int8 bytes
 BUILD_TIMEOUT_S = 1800
+PAUSE_S = 1.0  # between jobs: the previous one's processes gone
 OSU_LARGE = 8192  # LARGE_MESSAGE_SIZE in OSU's osu_util.h: sizes above take the large counts
 # (iterations, warm-up) below and above OSU_LARGE: LAT_LOOP_* / COLL_LOOP_* and *_SKIP_*
 OSU_ITERS = {"pingpong": ((10000, 100), (1000, 10)), "collective": ((1000, 100), (100, 10))}
@@ -160,27 +162,40 @@ def _commbench_sweep(
     return {r["bytes"] // scale: float(r[args.stat]) for r in records if r["wrong"] == 0}
 
 
-def one_round(osu: Path | None, imb: Path | None, ranks: list[int], hi: int, args) -> dict:
-    """Every (tool, op, ranks, size) once, tool by tool within each rank count and op."""
+def one_round(
+    osu: Path | None, imb: Path | None, ranks: list[int], hi: int, args, turn: int = 0
+) -> dict:
+    """Every (tool, op, ranks, size) once, tool by tool within each rank count and op; the
+    tools' order rotates with `turn`, and each job starts after a pause, so the previous job's
+    exit (its ranks and mpirun leaving) lands on each tool alike rather than on the one after
+    commbench (that put OSU's small sizes, measured first, 1.3-2x slow)."""
     got: dict[Key, float] = {}
     for n in ranks:
         for op in OPS:
             if op == "pingpong" and n != 2:
                 continue
-            for size, t in run_commbench(op, n, hi, args).items():
-                got["commbench", op, n, size] = t
+            jobs = [("commbench", lambda op=op, n=n: run_commbench(op, n, hi, args))]
             if osu is not None:
-                argv = [str(osu / OSU_PROGRAMS[op]), "-m", f"8:{hi}", *OSU_TYPE.get(op, [])]
-                for size, t in parse_osu(mpirun(n, argv, timeout=900)).items():
-                    got["osu", op, n, size] = t
+                jobs.append(("osu", lambda op=op, n=n: run_osu(osu, op, n, hi)))
             if imb is not None:
-                argv = [str(imb), "-msglog", f"3:{hi.bit_length() - 1}", "-time", "60"]
-                argv += ["-npmin", str(n), IMB_BENCHMARKS[op]]
-                for size, t in (
-                    parse_imb(mpirun(n, argv, timeout=900)).get(IMB_BENCHMARKS[op], {}).items()
-                ):
-                    got["imb", op, n, size] = t
+                jobs.append(("imb", lambda op=op, n=n: run_imb(imb, op, n, hi)))
+            k = turn % len(jobs)
+            for who, job in jobs[k:] + jobs[:k]:
+                time.sleep(PAUSE_S)
+                for size, t in job().items():
+                    got[who, op, n, size] = t
     return got
+
+
+def run_osu(osu: Path, op: str, n: int, hi: int) -> dict[int, float]:
+    argv = [str(osu / OSU_PROGRAMS[op]), "-m", f"8:{hi}", *OSU_TYPE.get(op, [])]
+    return parse_osu(mpirun(n, argv, timeout=900))
+
+
+def run_imb(imb: Path, op: str, n: int, hi: int) -> dict[int, float]:
+    argv = [str(imb), "-msglog", f"3:{hi.bit_length() - 1}", "-time", "60"]
+    argv += ["-npmin", str(n), IMB_BENCHMARKS[op]]
+    return parse_imb(mpirun(n, argv, timeout=900)).get(IMB_BENCHMARKS[op], {})
 
 
 # ---- the table -------------------------------------------------------------------------------
@@ -243,7 +258,7 @@ def main() -> int:
     for i in range(args.rounds):
         print(f"# round {i + 1} of {args.rounds}", file=sys.stderr, flush=True)
         try:
-            rounds.append(one_round(osu, imb, ranks, hi, args))
+            rounds.append(one_round(osu, imb, ranks, hi, args, turn=i))
         except SystemExit as e:  # a job failed (the launcher, under load): keep what finished
             print(f"# round {i + 1} stopped: {e}", file=sys.stderr, flush=True)
             break
