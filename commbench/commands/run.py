@@ -229,8 +229,6 @@ def nccl_tests_columns() -> list:
 def main(args: argparse.Namespace) -> int:
     from commbench.measure.session import Session
     from commbench.ops import supports
-    from commbench.results.records import SweepRecord, fields_of
-    from commbench.tables import Table
 
     launch = common.launch_info()
     plan = build_steps(args, launch.size)
@@ -255,14 +253,19 @@ def main(args: argparse.Namespace) -> int:
         )
         if plan.changed:
             s.say(f"# {plan.changed}")
+        if not s.is_root:  # the others take part in each measurement; rank 0 keeps the records
+            for st in steps:
+                s.runner.measure(st, info)
+            return 0
+        from commbench.results.records import SweepRecord, fields_of
+        from commbench.tables import Table
+
         table = Table(columns(args.columns, op_spec(steps[0].op).overlaps))
         busbw, bad = [], 0
         redop = "sum" if op_spec(steps[0].op).reduces else "-"
         for st in steps:
             m = s.runner.measure(st, info)
-            if m is None:
-                continue
-            assert s.writer is not None  # records come back on rank 0, which writes them
+            assert m is not None and s.writer is not None  # rank 0 gets and writes records
             asked = plan.asked[st.nbytes]
             rec = SweepRecord(
                 **fields_of(m),
@@ -274,10 +277,9 @@ def main(args: argparse.Namespace) -> int:
             busbw.append(rec.busbw_GBps)
             bad += rec.wrong > 0
             table.row(*cells(args.columns, rec, redop, info.link_class, timing.check))
-        if s.is_root:
-            assert s.writer is not None
-            checked = "checked" if timing.check else "not checked (--no-check)"
-            table.note(f"Points with wrong data : {bad} of {len(busbw)} ({checked})")
-            table.note(f"Avg bus bandwidth      : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")
-            s.say(f"results: {s.writer.path}")
+        assert s.writer is not None
+        checked = "checked" if timing.check else "not checked (--no-check)"
+        table.note(f"Points with wrong data : {bad} of {len(busbw)} ({checked})")
+        table.note(f"Avg bus bandwidth      : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")
+        s.say(f"results: {s.writer.path}")
     return 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -65,7 +64,7 @@ class Notice:
             return None
         return (
             f"the kernel's OOM killer killed {now - self._oom_start} process(es) on "
-            f"{socket.gethostname()} during the run: likely a rank out of memory "
+            f"{os.uname().nodename} during the run: likely a rank out of memory "
             f"(/proc/vmstat oom_kill {self._oom_start} -> {now})"
         )
 
