@@ -107,17 +107,31 @@ def forward_schedule(
     return tuple(out)
 
 
+def stage_links(groups: tuple[tuple[int, ...], ...], nodes: tuple[int, ...]) -> tuple[str, ...]:
+    """Link class between stage i and i+1, for each i: `inter` where any pipeline's two ranks
+    sit on different nodes (the pipelines run at once, so the slowest pair sets the pace),
+    else `intra`. With tp and dp inside a node, pp=4 on 2 nodes is intra, inter, intra."""
+    p = len(groups[0])
+    if not nodes:
+        return ("intra",) * (p - 1)
+    return tuple(
+        "inter" if any(nodes[g[i]] != nodes[g[i + 1]] for g in groups) else "intra"
+        for i in range(p - 1)
+    )
+
+
 def simulate(
     sched: tuple[tuple[Action, ...], ...],
-    message_s: float | Callable[[int], float] = 0.0,
+    message_s: float | Callable[[int, int, int], float] = 0.0,
     on_compute: Callable[[int, int, float, float], None] | None = None,
 ) -> tuple[float, list[float]]:
     """Makespan and per-stage finish times of a schedule when sends never block, receives
-    wait for their message (`message_s` after the send, or `message_s(nbytes)`) and compute
-    takes its seconds; `on_compute(stage, action index, start, end)` sees every compute (the
-    report's timeline). Raises RuntimeError on a deadlock or an unmatched message (for tests
-    and planners)."""
-    cost = message_s if callable(message_s) else (lambda nbytes: message_s)
+    wait for their message (`message_s` after the send, or `message_s(src, dst, nbytes)`, the
+    stages and size of that message: a pipeline priced per stage pair) and compute takes its
+    seconds; `on_compute(stage, action index, start, end)` sees every compute (the report's
+    timeline). Raises RuntimeError on a deadlock or an unmatched message (for tests and
+    planners)."""
+    cost = message_s if callable(message_s) else (lambda src, dst, nbytes: message_s)
     p = len(sched)
     pos, clock = [0] * p, [0.0] * p
     sent: dict[tuple[int, int, int], list[float]] = {}  # (src, dst, tag) -> arrival times
@@ -133,7 +147,7 @@ def simulate(
                 clock[i] += a.seconds
             elif a.kind == "send":
                 key = (i, i + a.peer, a.tag)
-                sent.setdefault(key, []).append(clock[i] + cost(a.nbytes))
+                sent.setdefault(key, []).append(clock[i] + cost(i, i + a.peer, a.nbytes))
                 if key in blocked:
                     j = blocked.pop(key)
                     heapq.heappush(heap, (clock[j], j))
