@@ -14,8 +14,8 @@ and link class, times its repeat. The rules, in order:
   rank that finishes last under router skew; the calibration's all-to-all series take S = one
   rank's send buffer, as nccl-tests); each op says its own (OpSpec.priced_bytes, priced_from);
 - p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated
-  (patterns.pp.simulate: non-blocking sends, blocking receives, compute as given, as the runner
-  executes them), every message taking predict("sendrecv", bytes, 2, link of its stage pair):
+  (patterns.pp.simulate: fused groups of sends and receives, each complete when its sends are
+  delivered and its receives arrived, compute as given, as the runner executes them), every message taking predict("sendrecv", bytes, 2, link of its stage pair):
   one pair of neighbours, intra-node where every pipeline's two stages share a node
   (pp.stage_links), so pp=4 over 2 nodes pays the inter link once, not three times; a record's
   link class (`link_classes`) prices every pair alike. The step's time is the makespan (it

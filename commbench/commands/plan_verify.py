@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from commbench.commands.argtypes import DEFAULT_RESULTS, positive_float, positive_int
 
 SUITE = "plan-verify"
+VERIFY_JSON = "verify.json"  # rows and agreement, beside records.jsonl
 VERIFY_BUDGET_S = 0.1  # timed seconds per measured op
 VERIFY_ROUNDS = 3
 MAX_BYTES = 64 << 20  # per-rank buffer budget; larger ops run a measured chunk, scaled
@@ -56,6 +57,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
     from commbench.measure.session import Session
     from commbench.plan import verify
     from commbench.plan.planner import Planner
+    from commbench.results.rundir import write_json_atomic
     from commbench.traffic import patterns
     from commbench.traffic.execution import plan as plan_steps
     from commbench.traffic.layout import DEFAULT_ORDER
@@ -129,13 +131,20 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
                 s.say(f"commbench: {c.full_label}: {totals.wrong} op(s) returned wrong data")
         if s.is_root:
             rows = [
-                verify.Row(c, preds[k], verify.median_by_axis(measured[k]))
+                verify.Row(
+                    c,
+                    preds[k],
+                    verify.median_by_axis(measured[k]),
+                    tuple(sum(r.values()) for r in measured[k]),
+                )
                 for k, c in enumerate(configs)
             ]
             if args.rounds > 1:
                 s.say(f"# measured: the median of {args.rounds} rounds over the configs in turn")
-            for line in verify.text(rows, verify.agreement(rows)):
+            ag = verify.agreement(rows)
+            for line in verify.text(rows, ag):
                 s.say(line)
             assert s.writer is not None
+            write_json_atomic(s.writer.path / VERIFY_JSON, verify.summary(rows, ag))
             s.say(f"results: {s.writer.path}")
     return 0
