@@ -4,6 +4,8 @@ configs with a calibration measured on the same world."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from plan_samples import synthetic_calibration
 
@@ -44,6 +46,27 @@ def test_agreement_top1_error_and_the_axis_missed_most():
     assert ag.median_abs_error == pytest.approx(0.2)  # |2/2.5 - 1|, 0, |4/2.8 - 1|
     assert ag.missed_most == "pp"
     assert rows[0].missed_most() == ("tp", -0.5)
+
+
+def test_pairs_measured_within_their_repeat_spread_count_as_ties():
+    """Two configs 2% apart with 5% repeat spreads swap places: plain tau counts the swap as
+    discordant, (2 - 1) / 3; tau-b drops the tied pair, 2 / sqrt(3 x 2). A third config well
+    apart is never tied."""
+    rows = [
+        verify.Row(cfg(dp=4), {"dp": 1.0}, {"dp": 1.02}, (1.0, 1.05)),
+        verify.Row(cfg(tp=2, dp=2), {"dp": 2.0}, {"dp": 1.0}, (0.98, 1.03)),
+        verify.Row(cfg(pp=4), {"pp": 3.0}, {"pp": 2.0}, (2.0, 2.02)),
+    ]
+    assert rows[0].spread == pytest.approx(0.05)
+    assert verify.within_noise(rows) == {(0, 1)}
+    ag = verify.agreement(rows)
+    assert ag.kendall_tau == pytest.approx(1 / 3)
+    assert ag.kendall_tau_noise == pytest.approx(2 / 6**0.5) and ag.ties == 1
+    assert not ag.top1_same and ag.top1_within_noise
+    doc = verify.summary(rows, ag)
+    assert [c["config"] for c in doc["configs"]] == [r.config.full_label for r in rows]
+    assert doc["agreement"]["ties"] == 1 and doc["configs"][2]["spread"] == pytest.approx(0.01)
+    assert verify.kendall_tau_b([1, 2], [5, 5], set()) == 0.0  # every pair tied
 
 
 def test_select_takes_distinct_fitting_configs_and_refuses_too_many():
@@ -118,6 +141,8 @@ def test_verify_on_4_ranks(tmp_path):
     )  # fmt: skip
     assert job.returncode == 0, job.output
     assert "Kendall tau" in job.stdout and "top-1 same:" in job.stdout
+    doc = json.loads((tmp_path / "v" / "verify.json").read_text())
+    assert len(doc["configs"]) == 3 and all(len(c["rounds_s"]) == 2 for c in doc["configs"])
     assert "wrong data" not in job.stdout
     records = (tmp_path / "v" / "records.jsonl").read_text()
     assert records.count('"kind": "point"') == 6 and '"pattern": "step"' in records  # 2 rounds
