@@ -9,6 +9,7 @@ import json
 import pytest
 from plan_samples import synthetic_calibration
 
+from commbench import calibration
 from commbench.commands.emulate import command_line
 from commbench.errors import UsageError
 from commbench.plan import PlanRequest, plan, verify
@@ -97,9 +98,31 @@ def test_emulate_accepts_plan_only_with_verify():
         command_line(["--", "plan", "--model", "x"], "mpi")
 
 
-def test_verify_needs_a_measured_calibration():
+def test_verify_without_calibration_needs_a_world_to_sweep():
     job = run_single("plan", "--model", TINY, "--gpus", "1", "--verify", "1")
-    assert job.returncode == 2 and "--verify needs --calibration" in job.stderr, job.output
+    assert job.returncode == 2 and "launch 2 or more ranks" in job.stderr, job.output
+
+
+MICRO = "tiny:layers=2,hidden=64,ffn_hidden=128,heads=4,kv_heads=2,vocab=256,seq_len=64"
+
+
+@pytest.mark.mpi
+def test_verify_without_calibration_sweeps_and_fits_first(tmp_path):
+    """No --calibration: a quick sweep of the step's ops on the 4 ranks, fitted (saved in
+    the run), the plan made with it, then the top 2 configs verified."""
+    job = run_mpi(
+        4, "plan", "--model", MICRO, "--gpus", "4", "--gpus-per-node", "4", "--global-batch",
+        "4", "--zero-stage", "0", "--backend", "mpi", "--verify", "2", "--rounds", "1",
+        "--budget", "0.01", "--results", str(tmp_path), "--run-id", "q", timeout=300,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "a quick sweep on this world first" in job.stdout
+    cal = calibration.load(tmp_path / "q" / "calibration.json")
+    assert {"broadcast", "sendrecv", "allreduce"} <= {s.key.op for s in cal.series}
+    doc = json.loads((tmp_path / "q" / "verify.json").read_text())
+    assert len(doc["configs"]) == 2 and all(c["measured_s"] > 0 for c in doc["configs"])
+    kinds = {r.get("pattern") for r in read_run(tmp_path / "q").records}
+    assert {"collectives", "step"} <= kinds
 
 
 SWEEP = """\
