@@ -79,13 +79,18 @@ def main() -> int:
     ap.add_argument("--sweep-budget", default="0.05", help="timed seconds per sweep point")
     ap.add_argument("--results", type=Path, default=REPO / "results" / "bench-verify")
     ap.add_argument("--reuse", action="store_true", help="reuse the calibration made before")
+    ap.add_argument(
+        "--quick-calibration",
+        action="store_true",
+        help="no sweep here: plan --verify without --calibration sweeps and fits on its own",
+    )
     ap.add_argument("--backend", default="mpi", choices=["mpi", "gloo"])
     a = ap.parse_args()
     a.results.mkdir(parents=True, exist_ok=True)
     emu = ["emulate", "--nodes", "2", "--ranks-per-node", "2", "--link-rate", a.rate]
     emu += ["--backend", a.backend, "--"]
     cal = a.results / "calibration.json"
-    if not (a.reuse and cal.exists()):
+    if not a.quick_calibration and not (a.reuse and cal.exists()):
         sweep = a.results / "sweep.yaml"
         sweep.write_text(SWEEP.format(budget=a.sweep_budget, max_bytes=a.max_bytes))
         subprocess.run(["rm", "-rf", str(a.results / "sweep")], check=True)
@@ -96,13 +101,14 @@ def main() -> int:
     subprocess.run(["rm", "-rf", str(a.results / "verify")], check=True)
     plan = ["plan", "--model", a.model, "--gpus", "4", "--gpus-per-node", "2"]
     plan += ["--global-batch", a.global_batch, "--zero-stage", a.zero_stage]
-    plan += ["--calibration", str(cal)]
+    plan += [] if a.quick_calibration else ["--calibration", str(cal)]
     plan += ["--verify", str(a.verify), "--rounds", str(a.rounds), "--budget", a.budget]
     plan += ["--results", str(a.results), "--run-id", "verify"]
     commbench([*emu, *plan], 900, a.results / "verify.txt")
     doc = json.loads((a.results / "verify" / "verify.json").read_text())
     ag = doc["agreement"]
-    print(f"# {a.model} on 2 emulated nodes x 2 ranks at {a.rate}, {a.backend}")
+    how = "plan's quick sweep" if a.quick_calibration else f"{cal.name} (sweep, fit)"
+    print(f"# {a.model} on 2 emulated nodes x 2 ranks at {a.rate}, {a.backend}; calibration {how}")
     print(f"{'config':<30} {'predicted s':>11} {'measured s':>10} {'error':>7} {'spread':>7}")
     for r in doc["configs"]:
         print(
