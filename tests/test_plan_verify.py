@@ -5,6 +5,7 @@ configs with a calibration measured on the same world."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 from plan_samples import synthetic_calibration
@@ -166,6 +167,12 @@ def test_verify_on_4_ranks(tmp_path):
     assert "Kendall tau" in job.stdout and "top-1 same:" in job.stdout
     doc = json.loads((tmp_path / "v" / "verify.json").read_text())
     assert len(doc["configs"]) == 3 and all(len(c["rounds_s"]) == 2 for c in doc["configs"])
+    # the step replayed as one timed Program: every axis the ops measured alone have, and a
+    # whole step no shorter than its longest op
+    for c in doc["configs"]:
+        assert set(c["whole_by_axis"]) == set(c["measured_by_axis"])
+        assert c["whole_s"] >= 0.9 * max(c["whole_by_axis"].values()) > 0
+    assert "whole step replayed: top-1 same:" in job.stdout and doc["agreement_whole"]
     assert "wrong data" not in job.stdout
     records = (tmp_path / "v" / "records.jsonl").read_text()
     assert records.count('"kind": "point"') == 6 and '"pattern": "step"' in records  # 2 rounds
@@ -174,3 +181,17 @@ def test_verify_on_4_ranks(tmp_path):
     assert len(check.configs) == 3 and all(p > 0 and m > 0 for _, p, m in check.configs)
     fig = verify_ranking(check)
     assert fig.png.startswith(b"\x89PNG") and fig.name == "verify-v"
+
+
+def test_the_replayed_step_is_compared_as_a_whole():
+    """Replayed, a config's measurement is its whole step time split by the replayed ops'
+    shares: here dp4's replay is 3.3 s (skew between ops), so it ranks last, as predicted."""
+    rows = [
+        verify.Row(cfg(dp=4), {"dp": 3.0}, {"dp": 2.0}, (), {"dp": 3.0}, 3.3),
+        verify.Row(cfg(pp=4), {"pp": 2.0}, {"pp": 2.5}, (), {"pp": 2.0, "tp-pp": 1.0}, 2.4),
+    ]
+    assert rows[1].as_whole().measured == pytest.approx({"pp": 1.6, "tp-pp": 0.8})
+    assert not verify.agreement(rows).top1_same  # op by op: dp4 2.0 < pp4 2.5
+    whole = verify.agreement(rows, whole=True)
+    assert whole.top1_same and whole.kendall_tau == 1.0
+    assert whole.median_abs_error == pytest.approx(statistics.median([1 - 3 / 3.3, 1 - 2 / 2.4]))

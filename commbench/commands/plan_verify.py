@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -111,10 +112,14 @@ def fit_here(s, path: Path) -> dict:
     return outcome[1]
 
 
-def measure_points(s, suite, points, max_bytes: int, backend: str, on_point=None) -> None:
+def measure_points(
+    s, suite, points, max_bytes: int, backend: str, on_point=None, whole: bool = False
+) -> None:
     """Measure `points` as suite does (every op checked), rank 0 writing step and point
-    records; `on_point(point, plan, records)` on rank 0 after each."""
+    records; with `whole`, each point's Program is then replayed as one timed Program
+    (measure/replay.py); `on_point(point, plan, records, replayed)` on rank 0 after each."""
     from commbench.measure.point_records import point_record, point_totals, step_record
+    from commbench.measure.replay import replay
     from commbench.traffic.execution import plan as plan_steps
 
     plans = [
@@ -130,6 +135,10 @@ def measure_points(s, suite, points, max_bytes: int, backend: str, on_point=None
                 assert s.writer is not None
                 results.append(rec)
                 s.writer.write(step_record(suite, pt, m, rec, backend).to_json())
+        replayed = None
+        if whole:
+            with s.watchdog.guard(f"point {pt.index}: {pt.run.name} replayed whole"):
+                replayed = replay(s.runner, pt.program, pl)
         if not s.is_root:
             continue
         totals = point_totals(pt, pl, results)
@@ -138,7 +147,7 @@ def measure_points(s, suite, points, max_bytes: int, backend: str, on_point=None
         if totals.wrong:
             s.say(f"commbench: {pt.run.name}: {totals.wrong} op(s) returned wrong data")
         if on_point is not None:
-            on_point(pt, pl, results)
+            on_point(pt, pl, results, replayed)
 
 
 def main(args: argparse.Namespace, req, cal, result) -> int:
@@ -187,7 +196,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
                 f"8 B - {format_size(top)}), fitted and saved as {QUICK_CALIBRATION} in the run"
             )
             s.runner.cfg = TimingConfig(budget_s=QUICK_BUDGET_S, min_iters=3, max_iters=20)
-            measure_points(s, sweep_suite, sweep, MAX_BYTES, opts.backend)
+            measure_points(s, sweep_suite, sweep, MAX_BYTES, opts.backend)  # op by op only
             s.runner.cfg = timing
             path = s.world.bcast_obj(str(s.writer.path) if s.writer else "", root=0)
             cal = Calibration(fit_here(s, Path(path)), f"{path}/{QUICK_CALIBRATION}")
@@ -217,15 +226,20 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
         suite = Suite(SUITE, Path(SUITE), "plan --verify", tuple(runs))
         measured: dict[int, list[dict[str, float]]] = {}  # config -> per round, by axis
 
-        def keep(pt, pl, results) -> None:
+        whole: dict[int, list[dict[str, float]]] = {}  # the same, replayed as one Program
+        whole_steps: dict[int, list[float]] = {}  # its whole step time per round
+
+        def keep(pt, pl, results, replayed) -> None:
             seconds = [0.0] * len(pt.program.steps)
             for m, rec in zip(pl, results):
                 for idx in m.indices:
                     seconds[idx] = rec.time_us * 1e-6 * m.scale * pt.program.steps[idx].repeat
             k = (pt.index - 1) % len(configs)
             measured.setdefault(k, []).append(verify.by_axis(pt.program, seconds))
+            whole.setdefault(k, []).append(verify.by_axis(pt.program, replayed.op_s))
+            whole_steps.setdefault(k, []).append(replayed.step_s)
 
-        measure_points(s, suite, points, MAX_BYTES, opts.backend, keep)
+        measure_points(s, suite, points, MAX_BYTES, opts.backend, keep, whole=True)
         if s.is_root:
             rows = [
                 verify.Row(
@@ -233,15 +247,18 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
                     preds[k],
                     verify.median_by_axis(measured[k]),
                     tuple(sum(r.values()) for r in measured[k]),
+                    verify.median_by_axis(whole[k]),
+                    statistics.median(whole_steps[k]),
                 )
                 for k, c in enumerate(configs)
             ]
             if args.rounds > 1:
                 s.say(f"# measured: the median of {args.rounds} rounds over the configs in turn")
             ag = verify.agreement(rows)
-            for line in verify.text(rows, ag):
+            for line in verify.text(rows, ag, verify.agreement(rows, whole=True)):
                 s.say(line)
             assert s.writer is not None
-            write_json_atomic(s.writer.path / VERIFY_JSON, verify.summary(rows, ag))
+            doc = verify.summary(rows, ag, verify.agreement(rows, whole=True))
+            write_json_atomic(s.writer.path / VERIFY_JSON, doc)
             s.say(f"results: {s.writer.path}")
     return 0

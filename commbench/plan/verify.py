@@ -136,6 +136,8 @@ class Row:
     predicted: dict[str, float]
     measured: dict[str, float]
     rounds: tuple[float, ...] = ()
+    whole: dict[str, float] = dataclasses.field(default_factory=dict)  # replayed, by axis
+    whole_s: float | None = None  # the step replayed as one timed Program (measure/replay)
 
     @property
     def spread(self) -> float:
@@ -153,6 +155,14 @@ class Row:
     def error(self) -> float:
         """(predicted - measured) / measured."""
         return self.predicted_s / self.measured_s - 1 if self.measured_s > 0 else 0.0
+
+    def as_whole(self) -> Row:
+        """The row with the replayed step as its measurement: the whole step time, split by
+        axis in proportion to the replayed ops' shares."""
+        assert self.whole_s is not None, "not replayed"
+        share = sum(self.whole.values()) or 1.0
+        measured = {a: v / share * self.whole_s for a, v in self.whole.items()}
+        return dataclasses.replace(self, measured=measured, rounds=())
 
     def missed_most(self) -> tuple[str, float]:
         """The axis whose prediction is furthest off, and by how much (seconds, signed)."""
@@ -186,8 +196,11 @@ class Agreement:
     top1_within_noise: bool = False  # the predicted best measured within noise of the best
 
 
-def agreement(rows: list[Row]) -> Agreement:
-    """How the measured ranking (by step communication) agrees with the predicted one."""
+def agreement(rows: list[Row], whole: bool = False) -> Agreement:
+    """How the measured ranking (by step communication) agrees with the predicted one;
+    `whole`: measured as the step replayed as one timed Program (ties: none counted)."""
+    if whole:
+        rows = [r.as_whole() for r in rows]
     pred = [r.predicted_s for r in rows]
     meas = [r.measured_s for r in rows]
     miss: dict[str, float] = {}
@@ -207,7 +220,7 @@ def agreement(rows: list[Row]) -> Agreement:
     )
 
 
-def summary(rows: list[Row], ag: Agreement) -> dict[str, Any]:
+def summary(rows: list[Row], ag: Agreement, whole: Agreement | None = None) -> dict[str, Any]:
     """The verification as JSON (verify.json in the run directory: what bench scripts read)."""
     return {
         "configs": [
@@ -221,26 +234,32 @@ def summary(rows: list[Row], ag: Agreement) -> dict[str, Any]:
                 "rounds_s": list(r.rounds),
                 "spread": r.spread,
                 "missed_most": r.missed_most()[0],
+                "whole_s": r.whole_s,
+                "whole_by_axis": r.whole,
             }
             for r in rows
         ],
         "agreement": dataclasses.asdict(ag),
+        "agreement_whole": dataclasses.asdict(whole) if whole else None,
     }
 
 
-def text(rows: list[Row], ag: Agreement) -> list[str]:
+def text(rows: list[Row], ag: Agreement, whole: Agreement | None = None) -> list[str]:
     """The verification table and its summary lines."""
     lines = [
         "# plan --verify: predicted vs measured step communication (pattern step, the "
-        "Program the planner priced), seconds per step; spread: max / min - 1 over rounds",
-        f"{'config':<28} {'predicted':>10} {'measured':>10} {'error':>8} {'spread':>7}  "
-        "missed most",
+        "Program the planner priced), seconds per step; measured: the sum of its ops, each "
+        "timed alone; spread: max / min - 1 over rounds; whole: the step replayed as one "
+        "timed Program (every axis in order, no barrier between ops)",
+        f"{'config':<28} {'predicted':>10} {'measured':>10} {'error':>8} {'spread':>7} "
+        f"{'whole':>8}  missed most",
     ]
     for r in rows:
         axis, d = r.missed_most()
+        w = f"{r.whole_s:>8.4g}" if r.whole_s is not None else f"{'-':>8}"
         lines.append(
             f"{r.config.full_label:<28} {r.predicted_s:>10.4g} {r.measured_s:>10.4g} "
-            f"{r.error:>+8.1%} {r.spread:>7.1%}  {axis} {d:+.3g} s"
+            f"{r.error:>+8.1%} {r.spread:>7.1%} {w}  {axis} {d:+.3g} s"
         )
     lines += [
         f"top-1 same: {'yes' if ag.top1_same else 'no'}; Kendall tau {ag.kendall_tau:.2f}; "
@@ -249,4 +268,9 @@ def text(rows: list[Row], ag: Agreement) -> list[str]:
         f"ties: Kendall tau-b {ag.kendall_tau_noise:.2f}; top-1 within noise: "
         f"{'yes' if ag.top1_within_noise else 'no'}",
     ]
+    if whole is not None:
+        lines.append(
+            f"whole step replayed: top-1 same: {'yes' if whole.top1_same else 'no'}; Kendall "
+            f"tau {whole.kendall_tau:.2f}; median |error| {whole.median_abs_error:.1%}"
+        )
     return lines
