@@ -22,7 +22,7 @@ MAX_BYTES = 64 << 20  # per-rank buffer budget; larger ops run a measured chunk,
 # without --calibration: a quick collectives sweep of every op the step uses, fitted first
 QUICK_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
 QUICK_MAX_BYTES = 32 << 20
-QUICK_BUDGET_S = 0.03  # timed seconds per sweep point
+QUICK_BUDGET_S = 0.05  # timed seconds per sweep point (as bench/verify_emulated.py sweeps)
 QUICK_CALIBRATION = "calibration.json"
 
 
@@ -195,7 +195,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
                 f"# no --calibration: a quick sweep on this world first ({len(sweep)} points, "
                 f"8 B - {format_size(top)}), fitted and saved as {QUICK_CALIBRATION} in the run"
             )
-            s.runner.cfg = TimingConfig(budget_s=QUICK_BUDGET_S, min_iters=3, max_iters=20)
+            s.runner.cfg = TimingConfig(budget_s=QUICK_BUDGET_S, min_iters=3, max_iters=50)
             measure_points(s, sweep_suite, sweep, MAX_BYTES, opts.backend)  # op by op only
             s.runner.cfg = timing
             path = s.world.bcast_obj(str(s.writer.path) if s.writer else "", root=0)
