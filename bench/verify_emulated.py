@@ -5,8 +5,8 @@
 
 One bounded command for issue 14's target. Under `commbench emulate` (2 nodes x 2 ranks,
 every NIC shaped to --rate) a collectives sweep (every op the step Program uses, broadcast
-included, 8 B - --max-bytes, group sizes 2 and 4, contiguous and strided: intra and inter
-pairs) is measured and fitted; then `plan --model M --gpus 4 --gpus-per-node 2 --calibration
+included, and pingpong: one way, 8 B - --max-bytes, group sizes 2 and 4, contiguous and
+strided: intra and inter pairs) is measured and fitted; then `plan --model M --gpus 4 --gpus-per-node 2 --calibration
 CAL --verify K` measures the step Program of the planner's top K configs on the same emulated
 cluster and prices the same Program. Prints the verification table (verify.json of the run)
 and pass/fail per target: K >= 4 configs, the top-1 config right, Kendall tau >= 0.8 and the
@@ -41,7 +41,7 @@ max_bytes: 64M
 runs:
   - pattern: collectives
     options:
-      ops: [allreduce, allgather, reduce_scatter, alltoall, broadcast, sendrecv]
+      ops: [allreduce, allgather, reduce_scatter, alltoall, broadcast, sendrecv, pingpong]
       group_sizes: [2, 4]
       placements: [contiguous, strided]
       min_bytes: 8

@@ -206,6 +206,9 @@ def test_simulate_holds_a_fused_group_until_its_sends_are_delivered():
     # per stage pair: only the 1 -> 0 direction costs 1 s; forwards are free
     makespan, _ = pp.simulate(sched, lambda src, dst, n: 1.0 if src > dst else 0.0)
     assert makespan == pytest.approx(2.0)  # b0 sent at 0, arrives 1; b1 sent at 1, arrives 2
+    # a link whose directions take turns: b0 waits for f1 to clear it (2 -> 3), b1 follows
+    makespan, _ = pp.simulate(sched, 1.0, half_duplex=frozenset({0}))
+    assert makespan == pytest.approx(4.0)
 
 
 def test_simulate_detects_deadlock():

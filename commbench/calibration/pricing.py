@@ -18,7 +18,10 @@ and link class, times its repeat. The rules, in order:
   delivered and its receives arrived, compute as given, as the runner executes them), every message taking predict("sendrecv", bytes, 2, link of its stage pair):
   one pair of neighbours, intra-node where every pipeline's two stages share a node
   (pp.stage_links), so pp=4 over 2 nodes pays the inter link once, not three times; a record's
-  link class (`link_classes`) prices every pair alike. The step's time is the makespan (it
+  link class (`link_classes`) prices every pair alike. Where the calibration also measured
+  pingpong and the link's exchange takes over 1.5x its one-way time (a transport whose
+  directions take turns: gloo), a message takes sendrecv's time / that ratio and the pair's
+  two directions share one link in the simulation. The step's time is the makespan (it
   includes the schedule's own compute, like the suite's point records); its communication is
   the makespan minus the makespan with free messages, i.e. the message time left on the
   critical path.
@@ -46,6 +49,8 @@ from commbench.traffic.program import Program, Step
 DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
 P2P_OP = "sendrecv"  # a pipeline message is priced as one send/recv between two neighbours
 P2P_GROUP = 2
+ONE_WAY_OP = "pingpong"  # half a round trip: one message in one direction
+HALF_DUPLEX = 1.5  # sendrecv over pingpong above this: the link's directions take turns
 
 
 @dataclass(frozen=True)
@@ -271,11 +276,16 @@ class Evaluator:
                 error=f"pipeline messages: {failed[0].error}",
             )
         seconds = {k: p.seconds for k, p in priced.items() if p.seconds is not None}
+        half = self._half_duplex(sorted(set(links)), max(sizes, default=0), step.dtype)
+        for (n, link), t in seconds.items():
+            if link in half:
+                seconds[n, link] = t / half[link]  # one direction alone: the one-way time
 
         def message_s(src: int, dst: int, nbytes: int) -> float:
             return seconds[nbytes, links[min(src, dst)]]
 
-        makespan, _ = simulate(schedule, message_s)
+        shared = frozenset(i for i, link in enumerate(links) if link in half)
+        makespan, _ = simulate(schedule, message_s, half_duplex=shared)
         free = self._free.get(id(schedule))
         if free is None:  # the makespan with free messages depends on the schedule only
             free = self._free[id(schedule)] = simulate(schedule, 0.0)[0]
@@ -309,6 +319,21 @@ class Evaluator:
                 stage_links(info.groups, layout.nodes),
             )
         return hit
+
+    def _half_duplex(self, links: list[str], nbytes: int, dtype: str) -> dict[str, float]:
+        """Links whose two directions take turns, and by how much: where the calibration
+        measured pingpong (one way) beside sendrecv (both ways at once) and the exchange of
+        the largest message took more than HALF_DUPLEX x the one-way time (gloo across
+        emulated nodes: 2x; Open MPI with its eager limit raised: 1x), sendrecv / pingpong."""
+        out = {}
+        for link in links:
+            if not nbytes or not self.measured_dtypes(ONE_WAY_OP, P2P_GROUP, link):
+                continue
+            one = self.price(ONE_WAY_OP, nbytes, P2P_GROUP, link, dtype)
+            both = self.price(P2P_OP, nbytes, P2P_GROUP, link, dtype)
+            if one.seconds and both.seconds and both.seconds > HALF_DUPLEX * one.seconds:
+                out[link] = both.seconds / one.seconds
+        return out
 
     # ---- one program -----------------------------------------------------------------------
     def program(

@@ -20,7 +20,8 @@ VERIFY_BUDGET_S = 0.1  # timed seconds per measured op
 VERIFY_ROUNDS = 3
 MAX_BYTES = 64 << 20  # per-rank buffer budget; larger ops run a measured chunk, scaled
 # without --calibration: a quick collectives sweep of every op the step uses, fitted first
-QUICK_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+QUICK_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv",
+             "pingpong")  # fmt: skip
 QUICK_MAX_BYTES = 32 << 20
 QUICK_BUDGET_S = 0.05  # timed seconds per sweep point (as bench/verify_emulated.py sweeps)
 QUICK_CALIBRATION = "calibration.json"

@@ -124,19 +124,22 @@ def simulate(
     sched: tuple[tuple[Action, ...], ...],
     message_s: float | Callable[[int, int, int], float] = 0.0,
     on_compute: Callable[[int, int, float, float], None] | None = None,
+    half_duplex: frozenset[int] = frozenset(),
 ) -> tuple[float, list[float]]:
     """Makespan and per-stage finish times of a schedule run as the runner runs it: each
     position issues its fused groups in turn (p2p_schedule.fused_groups: a run of sends and
     the receives after them, posted together, as Megatron's batched send_forward_recv_backward),
     a message takes `message_s` (or `message_s(src, dst, nbytes)`: the stages and size of that
     message, so a pipeline is priced per stage pair) from its post, or from when the previous
-    message in the same direction between the same stages arrived (one at a time), and a group
-    completes when its sends are delivered and its receives have arrived, compute taking its
-    seconds. Sends held until delivered matter: with sends that never blocked, the
-    makespan of 1F1B on 2 emulated nodes came out 20% under the measured one (pp=4, m=8:
-    0.346 s against 0.432 s; with them 0.433 s). `on_compute(stage, action index, start,
-    end)` sees every compute (the report's timeline). Raises RuntimeError on a deadlock or an
-    unmatched message (for tests and planners)."""
+    message in the same direction between the same stages arrived (one at a time; in either
+    direction for the pairs (i, i+1) whose i is in `half_duplex`: a transport whose two
+    directions take turns), and a group completes when its sends are delivered and its
+    receives have arrived, compute taking its seconds. Sends held until delivered matter:
+    with sends that never blocked, the makespan of 1F1B on 2 emulated nodes came out 20%
+    under the measured one (pp=4, m=8: 0.346 s against 0.432 s; with them 0.433 s). Groups
+    run in the order of their start times, so links are taken in time order. `on_compute(stage,
+    action index, start, end)` sees every compute (the report's timeline). Raises
+    RuntimeError on a deadlock or an unmatched message (for tests and planners)."""
     from commbench.ops.p2p_schedule import fused_groups
 
     cost = message_s if callable(message_s) else (lambda src, dst, nbytes: message_s)
@@ -150,51 +153,55 @@ def simulate(
     sent: dict[tuple[int, int, int], list[float]] = {}  # (src, dst, tag) -> arrival times
     heap = [(0.0, i) for i in range(p)]
     blocked: dict[tuple[int, int, int], int] = {}
-    free: dict[tuple[int, int], float] = {}  # (src, dst) -> when that direction is idle
+    free: dict[tuple[int, int], float] = {}  # link (direction) -> when it is idle
+
+    def link(src: int, dst: int) -> tuple[int, int]:
+        lo = min(src, dst)
+        return (lo, lo + 1) if lo in half_duplex else (src, dst)
+
     while heap:
         _, i = heapq.heappop(heap)
-        while pos[i] < len(groups[i]):
-            group = groups[i][pos[i]]
-            if group[0].kind == "compute":
-                seconds = group[0].seconds
-                if on_compute is not None:
-                    on_compute(i, first[i][pos[i]], clock[i], clock[i] + seconds)
-                clock[i] += seconds
-                pos[i] += 1
-                continue
-            if done_at[i] is None:  # post the group's sends (once, even if a receive waits)
-                end = clock[i]
-                for a in group:
-                    if a.kind != "send":
-                        continue
-                    key = (i, i + a.peer, a.tag)
-                    start = max(clock[i], free.get((i, i + a.peer), 0.0))
-                    arrival = free[i, i + a.peer] = start + cost(i, i + a.peer, a.nbytes)
-                    sent.setdefault(key, []).append(arrival)
-                    end = max(end, arrival)
-                    if key in blocked:
-                        j = blocked.pop(key)
-                        heapq.heappush(heap, (clock[j], j))
-                done_at[i] = end
-            waiting = next(
-                (
-                    k
-                    for a in group
-                    if a.kind == "recv" and not sent.get(k := (i + a.peer, i, a.tag))
-                ),
-                None,
-            )
-            if waiting is not None:
-                blocked[waiting] = i
-                break
-            delivered = done_at[i]
-            assert delivered is not None  # posted above
-            end = delivered
-            for a in group:
-                if a.kind == "recv":
-                    end = max(end, sent[(i + a.peer, i, a.tag)].pop(0))
-            clock[i], done_at[i] = end, None
+        if pos[i] == len(groups[i]):
+            continue
+        group = groups[i][pos[i]]
+        if group[0].kind == "compute":
+            seconds = group[0].seconds
+            if on_compute is not None:
+                on_compute(i, first[i][pos[i]], clock[i], clock[i] + seconds)
+            clock[i] += seconds
             pos[i] += 1
+            heapq.heappush(heap, (clock[i], i))
+            continue
+        if done_at[i] is None:  # post the group's sends (once, even if a receive waits)
+            end = clock[i]
+            for a in group:
+                if a.kind != "send":
+                    continue
+                key, wire = (i, i + a.peer, a.tag), link(i, i + a.peer)
+                start = max(clock[i], free.get(wire, 0.0))
+                arrival = free[wire] = start + cost(i, i + a.peer, a.nbytes)
+                sent.setdefault(key, []).append(arrival)
+                end = max(end, arrival)
+                if key in blocked:
+                    j = blocked.pop(key)
+                    heapq.heappush(heap, (clock[j], j))
+            done_at[i] = end
+        waiting = next(
+            (k for a in group if a.kind == "recv" and not sent.get(k := (i + a.peer, i, a.tag))),
+            None,
+        )
+        if waiting is not None:
+            blocked[waiting] = i  # pushed again when that message is sent
+            continue
+        delivered = done_at[i]
+        assert delivered is not None  # posted above
+        end = delivered
+        for a in group:
+            if a.kind == "recv":
+                end = max(end, sent[(i + a.peer, i, a.tag)].pop(0))
+        clock[i], done_at[i] = end, None
+        pos[i] += 1
+        heapq.heappush(heap, (clock[i], i))
     if any(pos[i] < len(groups[i]) for i in range(p)):
         raise RuntimeError(f"schedule deadlocks at groups {pos}")
     if any(v for v in sent.values()):
