@@ -195,3 +195,14 @@ def test_the_replayed_step_is_compared_as_a_whole():
     whole = verify.agreement(rows, whole=True)
     assert whole.top1_same and whole.kendall_tau == 1.0
     assert whole.median_abs_error == pytest.approx(statistics.median([1 - 3 / 3.3, 1 - 2 / 2.4]))
+
+
+def test_the_plans_nodes_must_be_the_launched_hosts():
+    """--gpus-per-node 2 on a world of 4 ranks on one host would verify configs on links the
+    plan did not price: refused naming the flag to give; 2 hosts of 2 ranks agree."""
+    from commbench.commands.plan_verify import check_nodes
+
+    with pytest.raises(UsageError, match=r"4 rank\(s\) on 1 host\(s\).*--gpus-per-node 4"):
+        check_nodes((0, 0, 1, 1), (0, 0, 0, 0))
+    check_nodes((0, 0, 1, 1), (0, 0, 1, 1))
+    check_nodes((0, 0, 0, 0), (0, 0, 0, 0))

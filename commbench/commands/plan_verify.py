@@ -113,6 +113,23 @@ def fit_here(s, path: Path) -> dict:
     return outcome[1]
 
 
+def check_nodes(planned: tuple[int, ...], launched: tuple[int, ...]) -> None:
+    """The plan's nodes (--gpus-per-node) must be the launched world's hosts, or the configs
+    verified are placed on links the plan did not price (identical on every rank)."""
+    from collections import Counter
+
+    from commbench.errors import UsageError
+
+    want, have = Counter(planned or (0,) * len(launched)), Counter(launched)
+    if sorted(want.values()) != sorted(have.values()):
+        per = ", ".join(str(n) for n in sorted(set(have.values())))
+        raise UsageError(
+            f"--verify: --gpus-per-node {max(want.values())} plans {len(want)} node(s), but the "
+            f"launched world has {len(launched)} rank(s) on {len(have)} host(s) ({per} per "
+            f"host); give --gpus-per-node {max(have.values())}"
+        )
+
+
 def measure_points(
     s, suite, points, max_bytes: int, backend: str, on_point=None, whole: bool = False
 ) -> None:
@@ -189,6 +206,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
     timing = TimingConfig(budget_s=args.budget, min_iters=3, max_iters=200)
     with Session(launch, opts, timing) as s:
         assert s.runner is not None
+        check_nodes(req.nodes, s.nodes)
         if quick:
             assert s.writer is not None or not s.is_root
             sweep_suite, sweep = quick_sweep(launch.size, s.nodes, top)
