@@ -194,6 +194,23 @@ def test_pp_program_activation_bytes():
     assert pp.build(ParallelLayout(4), L7, pp.Options()).steps == ()
 
 
+def test_simulate_holds_a_fused_group_until_its_sends_are_delivered():
+    """p=2, m=2, messages of 1 s, no compute. Stage 0 posts forwards 0 and 1 (one after the
+    other on its link: they arrive at 1 and 2) fused with the backward receives; stage 1
+    receives f0 at 1, sends b0 fused with receiving f1 (both done at 2), then sends b1,
+    delivered at 3. Sends that never blocked (the old model) finished at 2: stage 1 sent b1
+    the moment it had f1, at 1."""
+    sched = pp.schedule(2, 2, 8)
+    makespan, finish = pp.simulate(sched, 1.0)
+    assert makespan == pytest.approx(3.0) and finish == pytest.approx([3.0, 3.0])
+    # per stage pair: only the 1 -> 0 direction costs 1 s; forwards are free
+    makespan, _ = pp.simulate(sched, lambda src, dst, n: 1.0 if src > dst else 0.0)
+    assert makespan == pytest.approx(2.0)  # b0 sent at 0, arrives 1; b1 sent at 1, arrives 2
+    # a link whose directions take turns: b0 waits for f1 to clear it (2 -> 3), b1 follows
+    makespan, _ = pp.simulate(sched, 1.0, half_duplex=frozenset({0}))
+    assert makespan == pytest.approx(4.0)
+
+
 def test_simulate_detects_deadlock():
     from commbench.traffic.program import Action
 

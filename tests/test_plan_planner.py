@@ -363,3 +363,31 @@ def test_calibration_lacking_a_link_class_is_named(tmp_path):
     )  # fmt: skip
     assert job.returncode == 2, job.output
     assert "cannot price any config" in job.stderr and "inter" in job.stderr
+
+
+def test_a_pipeline_pays_the_inter_node_link_only_between_stages_on_two_nodes(ref):
+    """pp=4 over 2 nodes of 2 ranks: stages 0-1 and 2-3 share a node, 1-2 cross. Each message
+    is priced on its own pair's link (the old pricing took the axis's one class, inter, for
+    all three pairs: 64% too high for a mostly intra-node pipeline on the emulated cluster)."""
+    nodes = (0, 0, 1, 1)
+    layout = ParallelLayout(4, pp=4, nodes=nodes)
+    model = models.parse_model_arg("llama-7b")
+    prog = pp_pattern.build(layout, model, pp_pattern.Options(micro_batches=4, seq_len=2048))
+    (step,) = prog.steps
+    assert pp_pattern.stage_links(layout.groups("pp"), nodes) == ("intra", "inter", "intra")
+    ev = Evaluator(ref)
+    est = ev.program(prog, layout)
+    intra, inter = (ref.predict("sendrecv", step.nbytes, 2, link) for link in ("intra", "inter"))
+    assert inter > 2 * intra
+    per_pair = {(0, 1): intra, (1, 2): inter, (2, 3): intra}
+    want, _ = pp_pattern.simulate(
+        step.schedule, lambda src, dst, n: per_pair[min(src, dst), max(src, dst)]
+    )
+    assert est.comm_s == pytest.approx(want)
+    all_inter, _ = pp_pattern.simulate(step.schedule, inter)
+    assert est.comm_s < 0.9 * all_inter
+    # pp=2 with dp=2 (strided) crosses on every pipeline; a record's class prices pairs alike
+    wide = ParallelLayout(4, pp=2, nodes=nodes)
+    assert pp_pattern.stage_links(wide.groups("pp"), nodes) == ("inter",)
+    forced = ev.program(prog, layout, link_classes={"pp": "inter"})
+    assert forced.comm_s == pytest.approx(all_inter)

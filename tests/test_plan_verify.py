@@ -4,9 +4,13 @@ configs with a calibration measured on the same world."""
 
 from __future__ import annotations
 
+import json
+import statistics
+
 import pytest
 from plan_samples import synthetic_calibration
 
+from commbench import calibration
 from commbench.commands.emulate import command_line
 from commbench.errors import UsageError
 from commbench.plan import PlanRequest, plan, verify
@@ -46,6 +50,27 @@ def test_agreement_top1_error_and_the_axis_missed_most():
     assert rows[0].missed_most() == ("tp", -0.5)
 
 
+def test_pairs_measured_within_their_repeat_spread_count_as_ties():
+    """Two configs 2% apart with 5% repeat spreads swap places: plain tau counts the swap as
+    discordant, (2 - 1) / 3; tau-b drops the tied pair, 2 / sqrt(3 x 2). A third config well
+    apart is never tied."""
+    rows = [
+        verify.Row(cfg(dp=4), {"dp": 1.0}, {"dp": 1.02}, (1.0, 1.05)),
+        verify.Row(cfg(tp=2, dp=2), {"dp": 2.0}, {"dp": 1.0}, (0.98, 1.03)),
+        verify.Row(cfg(pp=4), {"pp": 3.0}, {"pp": 2.0}, (2.0, 2.02)),
+    ]
+    assert rows[0].spread == pytest.approx(0.05)
+    assert verify.within_noise(rows) == {(0, 1)}
+    ag = verify.agreement(rows)
+    assert ag.kendall_tau == pytest.approx(1 / 3)
+    assert ag.kendall_tau_noise == pytest.approx(2 / 6**0.5) and ag.ties == 1
+    assert not ag.top1_same and ag.top1_within_noise
+    doc = verify.summary(rows, ag)
+    assert [c["config"] for c in doc["configs"]] == [r.config.full_label for r in rows]
+    assert doc["agreement"]["ties"] == 1 and doc["configs"][2]["spread"] == pytest.approx(0.01)
+    assert verify.kendall_tau_b([1, 2], [5, 5], set()) == 0.0  # every pair tied
+
+
 def test_select_takes_distinct_fitting_configs_and_refuses_too_many():
     req = PlanRequest(
         model=parse_model_arg(TINY), gpus=4, gpus_per_node=4, global_batch=8, zero_stages=(0,)
@@ -74,9 +99,31 @@ def test_emulate_accepts_plan_only_with_verify():
         command_line(["--", "plan", "--model", "x"], "mpi")
 
 
-def test_verify_needs_a_measured_calibration():
+def test_verify_without_calibration_needs_a_world_to_sweep():
     job = run_single("plan", "--model", TINY, "--gpus", "1", "--verify", "1")
-    assert job.returncode == 2 and "--verify needs --calibration" in job.stderr, job.output
+    assert job.returncode == 2 and "launch 2 or more ranks" in job.stderr, job.output
+
+
+MICRO = "tiny:layers=2,hidden=64,ffn_hidden=128,heads=4,kv_heads=2,vocab=256,seq_len=64"
+
+
+@pytest.mark.mpi
+def test_verify_without_calibration_sweeps_and_fits_first(tmp_path):
+    """No --calibration: a quick sweep of the step's ops on the 4 ranks, fitted (saved in
+    the run), the plan made with it, then the top 2 configs verified."""
+    job = run_mpi(
+        4, "plan", "--model", MICRO, "--gpus", "4", "--gpus-per-node", "4", "--global-batch",
+        "4", "--zero-stage", "0", "--backend", "mpi", "--verify", "2", "--rounds", "1",
+        "--budget", "0.01", "--results", str(tmp_path), "--run-id", "q", timeout=300,
+    )  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "a quick sweep on this world first" in job.stdout
+    cal = calibration.load(tmp_path / "q" / "calibration.json")
+    assert {"broadcast", "sendrecv", "allreduce"} <= {s.key.op for s in cal.series}
+    doc = json.loads((tmp_path / "q" / "verify.json").read_text())
+    assert len(doc["configs"]) == 2 and all(c["measured_s"] > 0 for c in doc["configs"])
+    kinds = {r.get("pattern") for r in read_run(tmp_path / "q").records}
+    assert {"collectives", "step"} <= kinds
 
 
 SWEEP = """\
@@ -118,6 +165,14 @@ def test_verify_on_4_ranks(tmp_path):
     )  # fmt: skip
     assert job.returncode == 0, job.output
     assert "Kendall tau" in job.stdout and "top-1 same:" in job.stdout
+    doc = json.loads((tmp_path / "v" / "verify.json").read_text())
+    assert len(doc["configs"]) == 3 and all(len(c["rounds_s"]) == 2 for c in doc["configs"])
+    # the step replayed as one timed Program: every axis the ops measured alone have, and a
+    # whole step no shorter than its longest op
+    for c in doc["configs"]:
+        assert set(c["whole_by_axis"]) == set(c["measured_by_axis"])
+        assert c["whole_s"] >= 0.9 * max(c["whole_by_axis"].values()) > 0
+    assert "whole step replayed: top-1 same:" in job.stdout and doc["agreement_whole"]
     assert "wrong data" not in job.stdout
     records = (tmp_path / "v" / "records.jsonl").read_text()
     assert records.count('"kind": "point"') == 6 and '"pattern": "step"' in records  # 2 rounds
@@ -126,3 +181,28 @@ def test_verify_on_4_ranks(tmp_path):
     assert len(check.configs) == 3 and all(p > 0 and m > 0 for _, p, m in check.configs)
     fig = verify_ranking(check)
     assert fig.png.startswith(b"\x89PNG") and fig.name == "verify-v"
+
+
+def test_the_replayed_step_is_compared_as_a_whole():
+    """Replayed, a config's measurement is its whole step time split by the replayed ops'
+    shares: here dp4's replay is 3.3 s (skew between ops), so it ranks last, as predicted."""
+    rows = [
+        verify.Row(cfg(dp=4), {"dp": 3.0}, {"dp": 2.0}, (), {"dp": 3.0}, 3.3),
+        verify.Row(cfg(pp=4), {"pp": 2.0}, {"pp": 2.5}, (), {"pp": 2.0, "tp-pp": 1.0}, 2.4),
+    ]
+    assert rows[1].as_whole().measured == pytest.approx({"pp": 1.6, "tp-pp": 0.8})
+    assert not verify.agreement(rows).top1_same  # op by op: dp4 2.0 < pp4 2.5
+    whole = verify.agreement(rows, whole=True)
+    assert whole.top1_same and whole.kendall_tau == 1.0
+    assert whole.median_abs_error == pytest.approx(statistics.median([1 - 3 / 3.3, 1 - 2 / 2.4]))
+
+
+def test_the_plans_nodes_must_be_the_launched_hosts():
+    """--gpus-per-node 2 on a world of 4 ranks on one host would verify configs on links the
+    plan did not price: refused naming the flag to give; 2 hosts of 2 ranks agree."""
+    from commbench.commands.plan_verify import check_nodes
+
+    with pytest.raises(UsageError, match=r"4 rank\(s\) on 1 host\(s\).*--gpus-per-node 4"):
+        check_nodes((0, 0, 1, 1), (0, 0, 0, 0))
+    check_nodes((0, 0, 1, 1), (0, 0, 1, 1))
+    check_nodes((0, 0, 0, 0), (0, 0, 0, 0))

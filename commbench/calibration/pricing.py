@@ -14,11 +14,17 @@ and link class, times its repeat. The rules, in order:
   rank that finishes last under router skew; the calibration's all-to-all series take S = one
   rank's send buffer, as nccl-tests); each op says its own (OpSpec.priced_bytes, priced_from);
 - p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated
-  (patterns.pp.simulate: non-blocking sends, blocking receives, compute as given, as the runner
-  executes them), every message taking predict("sendrecv", bytes, 2, link of the axis): one
-  pair of neighbours. The step's time is the makespan (it includes the schedule's own compute,
-  like the suite's point records); its communication is the makespan minus the makespan with
-  free messages, i.e. the message time left on the critical path.
+  (patterns.pp.simulate: fused groups of sends and receives, each complete when its sends are
+  delivered and its receives arrived, compute as given, as the runner executes them), every message taking predict("sendrecv", bytes, 2, link of its stage pair):
+  one pair of neighbours, intra-node where every pipeline's two stages share a node
+  (pp.stage_links), so pp=4 over 2 nodes pays the inter link once, not three times; a record's
+  link class (`link_classes`) prices every pair alike. Where the calibration also measured
+  pingpong and the link's exchange takes over 1.5x its one-way time (a transport whose
+  directions take turns: gloo), a message takes sendrecv's time / that ratio and the pair's
+  two directions share one link in the simulation. The step's time is the makespan (it
+  includes the schedule's own compute, like the suite's point records); its communication is
+  the makespan minus the makespan with free messages, i.e. the message time left on the
+  critical path.
 
 Predictions are cached per (op, bytes, group size, link class, dtype), so a planner evaluating
 thousands of configs prices each distinct message once. Pure: never imports a transport.
@@ -37,11 +43,14 @@ from commbench.ops import OPS
 from commbench.ops.p2p_schedule import schedule_of
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
+from commbench.traffic.patterns.pp import stage_links
 from commbench.traffic.program import Program, Step
 
 DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
 P2P_OP = "sendrecv"  # a pipeline message is priced as one send/recv between two neighbours
 P2P_GROUP = 2
+ONE_WAY_OP = "pingpong"  # half a round trip: one message in one direction
+HALF_DUPLEX = 1.5  # sendrecv over pingpong above this: the link's directions take turns
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,7 @@ class Evaluator:
         self._cache: dict[tuple, Priced] = {}
         self._free: dict[int, float] = {}
         self._keep: list = []
+        self._links: dict[tuple, tuple[int, str, tuple[str, ...]]] = {}
         self._dtypes: dict[tuple, set[str]] = {}
         for s in calibration.series:
             k = s.key
@@ -180,8 +190,17 @@ class Evaluator:
         return priced
 
     # ---- one step --------------------------------------------------------------------------
-    def step(self, index: int, step: Step, size: int, link_class: str) -> StepEstimate:
-        """Estimate of one Program step run on groups of `size` over `link_class`."""
+    def step(
+        self,
+        index: int,
+        step: Step,
+        size: int,
+        link_class: str,
+        stage_links: tuple[str, ...] | None = None,
+    ) -> StepEstimate:
+        """Estimate of one Program step run on groups of `size` over `link_class`; a p2p
+        schedule's messages between positions i and i+1 take `stage_links[i]` (None: all
+        `link_class`)."""
         from commbench.traffic.execution import substitute_dtype
 
         run = step
@@ -199,7 +218,7 @@ class Evaluator:
             link_class=link_class,
         )
         if OPS[step.op].scheduled:
-            return self._schedule(step, base)
+            return self._schedule(step, base, stage_links)
         nbytes = busiest_bytes(run)
         pr = self.price(step.op, nbytes, size, link_class, run.dtype)
         if pr.error:
@@ -228,13 +247,21 @@ class Evaluator:
             notes=notes,
         )
 
-    def _schedule(self, step: Step, base: dict[str, Any]) -> StepEstimate:
-        """Simulate a p2p schedule with every message priced as a neighbour send/recv."""
+    def _schedule(
+        self, step: Step, base: dict[str, Any], stage_links: tuple[str, ...] | None
+    ) -> StepEstimate:
+        """Simulate a p2p schedule with every message priced as a neighbour send/recv over the
+        link of its stage pair."""
         from commbench.traffic.patterns.pp import simulate
 
-        link, schedule = base["link_class"], schedule_of(step)
+        schedule = schedule_of(step)
+        links = stage_links or (base["link_class"],) * max(0, len(schedule) - 1)
         sizes = sorted({a.nbytes for acts in schedule for a in acts if a.kind == "send"})
-        priced = {n: self.price(P2P_OP, n, P2P_GROUP, link, step.dtype) for n in sizes}
+        priced = {
+            (n, link): self.price(P2P_OP, n, P2P_GROUP, link, step.dtype)
+            for n in sizes
+            for link in sorted(set(links))
+        }
         failed = [p for p in priced.values() if p.error]
         used = [p for p in priced.values() if not p.error]
         nbytes = step.nbytes  # one message (record_bytes would be the busiest position's sum)
@@ -248,8 +275,17 @@ class Evaluator:
                 method="not priced",
                 error=f"pipeline messages: {failed[0].error}",
             )
-        seconds = {n: p.seconds for n, p in priced.items() if p.seconds is not None}
-        makespan, _ = simulate(schedule, seconds.__getitem__)
+        seconds = {k: p.seconds for k, p in priced.items() if p.seconds is not None}
+        half = self._half_duplex(sorted(set(links)), max(sizes, default=0), step.dtype)
+        for (n, link), t in seconds.items():
+            if link in half:
+                seconds[n, link] = t / half[link]  # one direction alone: the one-way time
+
+        def message_s(src: int, dst: int, nbytes: int) -> float:
+            return seconds[nbytes, links[min(src, dst)]]
+
+        shared = frozenset(i for i, link in enumerate(links) if link in half)
+        makespan, _ = simulate(schedule, message_s, half_duplex=shared)
         free = self._free.get(id(schedule))
         if free is None:  # the makespan with free messages depends on the schedule only
             free = self._free[id(schedule)] = simulate(schedule, 0.0)[0]
@@ -262,10 +298,42 @@ class Evaluator:
             per_op_s=makespan,
             total_s=total,
             comm_s=(makespan - free) * step.repeat,
-            method=f"1F1B simulated, messages by {P2P_OP} p=2: {first.method}",
+            method=f"1F1B simulated, messages by {P2P_OP} p=2 per stage pair "
+            f"({'-'.join(links)}): {first.method}",
             extrapolated=any(p.extrapolated for p in used),
             notes=sorted({n for p in used for n in p.notes}),
         )
+
+    def _pipeline_links(
+        self, layout: ParallelLayout, axis: str
+    ) -> tuple[int, str, tuple[str, ...]]:
+        """(group size, link class, link per stage pair) of a pipeline axis (cached: the
+        planner prices every config's pipeline at several micro-batch counts)."""
+        key = (layout, layout.nodes, axis)
+        hit = self._links.get(key)
+        if hit is None:
+            info = resolve_axis(layout, axis)
+            hit = self._links[key] = (
+                info.size,
+                info.link_class,
+                stage_links(info.groups, layout.nodes),
+            )
+        return hit
+
+    def _half_duplex(self, links: list[str], nbytes: int, dtype: str) -> dict[str, float]:
+        """Links whose two directions take turns, and by how much: where the calibration
+        measured pingpong (one way) beside sendrecv (both ways at once) and the exchange of
+        the largest message took more than HALF_DUPLEX x the one-way time (gloo across
+        emulated nodes: 2x; Open MPI with its eager limit raised: 1x), sendrecv / pingpong."""
+        out = {}
+        for link in links:
+            if not nbytes or not self.measured_dtypes(ONE_WAY_OP, P2P_GROUP, link):
+                continue
+            one = self.price(ONE_WAY_OP, nbytes, P2P_GROUP, link, dtype)
+            both = self.price(P2P_OP, nbytes, P2P_GROUP, link, dtype)
+            if one.seconds and both.seconds and both.seconds > HALF_DUPLEX * one.seconds:
+                out[link] = both.seconds / one.seconds
+        return out
 
     # ---- one program -----------------------------------------------------------------------
     def program(
@@ -280,6 +348,9 @@ class Evaluator:
         steps = []
         seen: dict[str, tuple[int, str]] = {}
         for i, st in enumerate(program.steps):
+            if OPS[st.op].scheduled and not (link_classes and st.axis in link_classes):
+                steps.append(self.step(i, st, *self._pipeline_links(layout, st.axis)))
+                continue
             where = seen.get(st.axis)
             if where is None:
                 if placement is not None:

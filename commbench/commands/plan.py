@@ -205,6 +205,11 @@ def main(args: argparse.Namespace) -> int:
 
             raise UsageError(f"--explain {args.explain}: {unpriced[0]}")
         return 0
+    if args.verify and args.calibration is None:
+        import dataclasses
+
+        # the reference only bounds --verify's quick sweep (memory, sizes): any backend prices
+        req = dataclasses.replace(req, backend=None)
     result = plan.plan(req, cal)
     if args.verify:
         from commbench.commands import plan_verify

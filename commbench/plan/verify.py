@@ -6,6 +6,7 @@ commands/plan_verify.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,13 +102,46 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     return s / pairs
 
 
+def kendall_tau_b(a: list[float], b: list[float], tied: set[tuple[int, int]]) -> float:
+    """Kendall's tau-b with the pairs `tied` (i < j) counted as ties in b (measured within
+    the noise of each other): (C - D) / sqrt((n0 - ties in a) (n0 - ties in b)); 1 for one
+    item, 0 when every pair is tied."""
+    n = len(a)
+    n0 = n * (n - 1) // 2
+    if n0 == 0:
+        return 1.0
+    s, ties_a, ties_b = 0, 0, 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            x, y = a[i] - a[j], 0.0 if (i, j) in tied else b[i] - b[j]
+            ties_a += x == 0
+            ties_b += y == 0
+            s += int(x * y > 0) - int(x * y < 0)
+    denom = ((n0 - ties_a) * (n0 - ties_b)) ** 0.5
+    return s / denom if denom else 0.0
+
+
+def spread(values: Sequence[float]) -> float:
+    """Repeat spread of a config's rounds: max / min - 1 (0 for one round)."""
+    lo = min(values)
+    return max(values) / lo - 1 if lo > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Row:
-    """One verified config: predicted and measured step communication per axis, seconds."""
+    """One verified config: predicted and measured step communication per axis, seconds,
+    and the measured step communication of every round (its repeat spread)."""
 
     config: Config
     predicted: dict[str, float]
     measured: dict[str, float]
+    rounds: tuple[float, ...] = ()
+    whole: dict[str, float] = dataclasses.field(default_factory=dict)  # replayed, by axis
+    whole_s: float | None = None  # the step replayed as one timed Program (measure/replay)
+
+    @property
+    def spread(self) -> float:
+        return spread(self.rounds) if self.rounds else 0.0
 
     @property
     def predicted_s(self) -> float:
@@ -122,6 +156,14 @@ class Row:
         """(predicted - measured) / measured."""
         return self.predicted_s / self.measured_s - 1 if self.measured_s > 0 else 0.0
 
+    def as_whole(self) -> Row:
+        """The row with the replayed step as its measurement: the whole step time, split by
+        axis in proportion to the replayed ops' shares."""
+        assert self.whole_s is not None, "not replayed"
+        share = sum(self.whole.values()) or 1.0
+        measured = {a: v / share * self.whole_s for a, v in self.whole.items()}
+        return dataclasses.replace(self, measured=measured, rounds=())
+
     def missed_most(self) -> tuple[str, float]:
         """The axis whose prediction is furthest off, and by how much (seconds, signed)."""
         axes = set(self.predicted) | set(self.measured)
@@ -130,45 +172,105 @@ class Row:
         return axis, diff[axis]
 
 
+def within_noise(rows: list[Row]) -> set[tuple[int, int]]:
+    """Pairs (i < j) whose measured step communication differs by no more than the larger
+    repeat spread of the two: their measured order is noise, not a ranking."""
+    out = set()
+    for i, r in enumerate(rows):
+        for j in range(i + 1, len(rows)):
+            q = rows[j]
+            lo = min(r.measured_s, q.measured_s)
+            if lo > 0 and abs(r.measured_s - q.measured_s) / lo <= max(r.spread, q.spread):
+                out.add((i, j))
+    return out
+
+
 @dataclass(frozen=True)
 class Agreement:
     top1_same: bool
-    kendall_tau: float
+    kendall_tau: float  # plain tau-a: every measured order counts
     median_abs_error: float
     missed_most: str  # the axis with the largest total |predicted - measured|
+    kendall_tau_noise: float = 1.0  # tau-b with pairs measured within noise counted as ties
+    ties: int = 0  # pairs measured within the noise of each other
+    top1_within_noise: bool = False  # the predicted best measured within noise of the best
 
 
-def agreement(rows: list[Row]) -> Agreement:
-    """How the measured ranking (by step communication) agrees with the predicted one."""
+def agreement(rows: list[Row], whole: bool = False) -> Agreement:
+    """How the measured ranking (by step communication) agrees with the predicted one;
+    `whole`: measured as the step replayed as one timed Program (ties: none counted)."""
+    if whole:
+        rows = [r.as_whole() for r in rows]
     pred = [r.predicted_s for r in rows]
     meas = [r.measured_s for r in rows]
     miss: dict[str, float] = {}
     for r in rows:
         for a in set(r.predicted) | set(r.measured):
             miss[a] = miss.get(a, 0.0) + abs(r.predicted.get(a, 0.0) - r.measured.get(a, 0.0))
+    tied = within_noise(rows)
+    best_p, best_m = pred.index(min(pred)), meas.index(min(meas))
     return Agreement(
-        top1_same=pred.index(min(pred)) == meas.index(min(meas)),
+        top1_same=best_p == best_m,
         kendall_tau=kendall_tau(pred, meas),
         median_abs_error=statistics.median(abs(r.error) for r in rows),
         missed_most=max(miss, key=lambda a: miss[a]),
+        kendall_tau_noise=kendall_tau_b(pred, meas, tied),
+        ties=len(tied),
+        top1_within_noise=best_p == best_m or (min(best_p, best_m), max(best_p, best_m)) in tied,
     )
 
 
-def text(rows: list[Row], ag: Agreement) -> list[str]:
+def summary(rows: list[Row], ag: Agreement, whole: Agreement | None = None) -> dict[str, Any]:
+    """The verification as JSON (verify.json in the run directory: what bench scripts read)."""
+    return {
+        "configs": [
+            {
+                "config": r.config.full_label,
+                "predicted_s": r.predicted_s,
+                "measured_s": r.measured_s,
+                "error": r.error,
+                "predicted_by_axis": r.predicted,
+                "measured_by_axis": r.measured,
+                "rounds_s": list(r.rounds),
+                "spread": r.spread,
+                "missed_most": r.missed_most()[0],
+                "whole_s": r.whole_s,
+                "whole_by_axis": r.whole,
+            }
+            for r in rows
+        ],
+        "agreement": dataclasses.asdict(ag),
+        "agreement_whole": dataclasses.asdict(whole) if whole else None,
+    }
+
+
+def text(rows: list[Row], ag: Agreement, whole: Agreement | None = None) -> list[str]:
     """The verification table and its summary lines."""
     lines = [
         "# plan --verify: predicted vs measured step communication (pattern step, the "
-        "Program the planner priced), seconds per step",
-        f"{'config':<28} {'predicted':>10} {'measured':>10} {'error':>8}  missed most",
+        "Program the planner priced), seconds per step; measured: the sum of its ops, each "
+        "timed alone; spread: max / min - 1 over rounds; whole: the step replayed as one "
+        "timed Program (every axis in order, no barrier between ops)",
+        f"{'config':<28} {'predicted':>10} {'measured':>10} {'error':>8} {'spread':>7} "
+        f"{'whole':>8}  missed most",
     ]
     for r in rows:
         axis, d = r.missed_most()
+        w = f"{r.whole_s:>8.4g}" if r.whole_s is not None else f"{'-':>8}"
         lines.append(
             f"{r.config.full_label:<28} {r.predicted_s:>10.4g} {r.measured_s:>10.4g} "
-            f"{r.error:>+8.1%}  {axis} {d:+.3g} s"
+            f"{r.error:>+8.1%} {r.spread:>7.1%} {w}  {axis} {d:+.3g} s"
         )
     lines += [
         f"top-1 same: {'yes' if ag.top1_same else 'no'}; Kendall tau {ag.kendall_tau:.2f}; "
         f"median |error| {ag.median_abs_error:.1%}; missed most: {ag.missed_most}",
+        f"within noise: {ag.ties} pair(s) measured within their repeat spread, counted as "
+        f"ties: Kendall tau-b {ag.kendall_tau_noise:.2f}; top-1 within noise: "
+        f"{'yes' if ag.top1_within_noise else 'no'}",
     ]
+    if whole is not None:
+        lines.append(
+            f"whole step replayed: top-1 same: {'yes' if whole.top1_same else 'no'}; Kendall "
+            f"tau {whole.kendall_tau:.2f}; median |error| {whole.median_abs_error:.1%}"
+        )
     return lines

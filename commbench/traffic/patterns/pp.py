@@ -107,45 +107,103 @@ def forward_schedule(
     return tuple(out)
 
 
+def stage_links(groups: tuple[tuple[int, ...], ...], nodes: tuple[int, ...]) -> tuple[str, ...]:
+    """Link class between stage i and i+1, for each i: `inter` where any pipeline's two ranks
+    sit on different nodes (the pipelines run at once, so the slowest pair sets the pace),
+    else `intra`. With tp and dp inside a node, pp=4 on 2 nodes is intra, inter, intra."""
+    p = len(groups[0])
+    if not nodes:
+        return ("intra",) * (p - 1)
+    return tuple(
+        "inter" if any(nodes[g[i]] != nodes[g[i + 1]] for g in groups) else "intra"
+        for i in range(p - 1)
+    )
+
+
 def simulate(
     sched: tuple[tuple[Action, ...], ...],
-    message_s: float | Callable[[int], float] = 0.0,
+    message_s: float | Callable[[int, int, int], float] = 0.0,
     on_compute: Callable[[int, int, float, float], None] | None = None,
+    half_duplex: frozenset[int] = frozenset(),
 ) -> tuple[float, list[float]]:
-    """Makespan and per-stage finish times of a schedule when sends never block, receives
-    wait for their message (`message_s` after the send, or `message_s(nbytes)`) and compute
-    takes its seconds; `on_compute(stage, action index, start, end)` sees every compute (the
-    report's timeline). Raises RuntimeError on a deadlock or an unmatched message (for tests
-    and planners)."""
-    cost = message_s if callable(message_s) else (lambda nbytes: message_s)
+    """Makespan and per-stage finish times of a schedule run as the runner runs it: each
+    position issues its fused groups in turn (p2p_schedule.fused_groups: a run of sends and
+    the receives after them, posted together, as Megatron's batched send_forward_recv_backward),
+    a message takes `message_s` (or `message_s(src, dst, nbytes)`: the stages and size of that
+    message, so a pipeline is priced per stage pair) from its post, or from when the previous
+    message in the same direction between the same stages arrived (one at a time; in either
+    direction for the pairs (i, i+1) whose i is in `half_duplex`: a transport whose two
+    directions take turns), and a group completes when its sends are delivered and its
+    receives have arrived, compute taking its seconds. Sends held until delivered matter:
+    with sends that never blocked, the makespan of 1F1B on 2 emulated nodes came out 20%
+    under the measured one (pp=4, m=8: 0.346 s against 0.432 s; with them 0.433 s). Groups
+    run in the order of their start times, so links are taken in time order. `on_compute(stage,
+    action index, start, end)` sees every compute (the report's timeline). Raises
+    RuntimeError on a deadlock or an unmatched message (for tests and planners)."""
+    from commbench.ops.p2p_schedule import fused_groups
+
+    cost = message_s if callable(message_s) else (lambda src, dst, nbytes: message_s)
     p = len(sched)
+    groups = [fused_groups(acts) for acts in sched]
+    first = [  # index in sched[i] of each group's first action (for on_compute)
+        [sum(len(g) for g in groups[i][:k]) for k in range(len(groups[i]))] for i in range(p)
+    ]
     pos, clock = [0] * p, [0.0] * p
+    done_at: list[float | None] = [None] * p  # the current group's sends delivered, once posted
     sent: dict[tuple[int, int, int], list[float]] = {}  # (src, dst, tag) -> arrival times
     heap = [(0.0, i) for i in range(p)]
     blocked: dict[tuple[int, int, int], int] = {}
+    free: dict[tuple[int, int], float] = {}  # link (direction) -> when it is idle
+
+    def link(src: int, dst: int) -> tuple[int, int]:
+        lo = min(src, dst)
+        return (lo, lo + 1) if lo in half_duplex else (src, dst)
+
     while heap:
         _, i = heapq.heappop(heap)
-        while pos[i] < len(sched[i]):
-            a = sched[i][pos[i]]
-            if a.kind == "compute":
-                if on_compute is not None:
-                    on_compute(i, pos[i], clock[i], clock[i] + a.seconds)
-                clock[i] += a.seconds
-            elif a.kind == "send":
-                key = (i, i + a.peer, a.tag)
-                sent.setdefault(key, []).append(clock[i] + cost(a.nbytes))
+        if pos[i] == len(groups[i]):
+            continue
+        group = groups[i][pos[i]]
+        if group[0].kind == "compute":
+            seconds = group[0].seconds
+            if on_compute is not None:
+                on_compute(i, first[i][pos[i]], clock[i], clock[i] + seconds)
+            clock[i] += seconds
+            pos[i] += 1
+            heapq.heappush(heap, (clock[i], i))
+            continue
+        if done_at[i] is None:  # post the group's sends (once, even if a receive waits)
+            end = clock[i]
+            for a in group:
+                if a.kind != "send":
+                    continue
+                key, wire = (i, i + a.peer, a.tag), link(i, i + a.peer)
+                start = max(clock[i], free.get(wire, 0.0))
+                arrival = free[wire] = start + cost(i, i + a.peer, a.nbytes)
+                sent.setdefault(key, []).append(arrival)
+                end = max(end, arrival)
                 if key in blocked:
                     j = blocked.pop(key)
                     heapq.heappush(heap, (clock[j], j))
-            else:
-                key = (i + a.peer, i, a.tag)
-                if not sent.get(key):
-                    blocked[key] = i
-                    break
-                clock[i] = max(clock[i], sent[key].pop(0))
-            pos[i] += 1
-    if any(pos[i] < len(sched[i]) for i in range(p)):
-        raise RuntimeError(f"schedule deadlocks at positions {pos}")
+            done_at[i] = end
+        waiting = next(
+            (k for a in group if a.kind == "recv" and not sent.get(k := (i + a.peer, i, a.tag))),
+            None,
+        )
+        if waiting is not None:
+            blocked[waiting] = i  # pushed again when that message is sent
+            continue
+        delivered = done_at[i]
+        assert delivered is not None  # posted above
+        end = delivered
+        for a in group:
+            if a.kind == "recv":
+                end = max(end, sent[(i + a.peer, i, a.tag)].pop(0))
+        clock[i], done_at[i] = end, None
+        pos[i] += 1
+        heapq.heappush(heap, (clock[i], i))
+    if any(pos[i] < len(groups[i]) for i in range(p)):
+        raise RuntimeError(f"schedule deadlocks at groups {pos}")
     if any(v for v in sent.values()):
         raise RuntimeError("a message was sent but never received")
     return max(clock), clock
