@@ -77,7 +77,8 @@ class SeriesModel:
 @dataclass(frozen=True, kw_only=True)
 class LinkModel:
     """A link's best model: per-op terms (one (alpha, beta) per size regime, fit/links.py) for
-    the ops measured on it, the shared (alpha, beta) for the others."""
+    the ops measured on it, the shared (alpha, beta) for the others; `library`, when the
+    library's algorithm choice is known, the same under that choice."""
 
     backend: str
     link_class: str
@@ -88,6 +89,8 @@ class LinkModel:
     group_sizes: tuple[int, ...]
     note: str | None = None
     terms: Mapping[str, tuple[Line, ...]] = field(default_factory=dict)
+    # the same link fitted under its library's algorithm choice (best_model = the library)
+    library: LinkModel | None = None
 
     def terms_at(self, op: str, nbytes: float) -> tuple[float, float] | None:
         """(alpha, beta) of op's regime holding nbytes, None when op has no terms."""
@@ -101,7 +104,7 @@ class LinkModel:
         lines = self.terms.get(op)
         if not lines:
             return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
-        a, b = coefficients(self.best_model, op, p)
+        a, b = coefficients(self.best_model, op, p, nbytes)
         scaled = [
             Line(x.bytes_min, x.bytes_max, x.alpha_s * a, x.beta_s_per_byte * b) for x in lines
         ]

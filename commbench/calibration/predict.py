@@ -69,6 +69,27 @@ def _prefer(cands: list[SeriesModel]) -> list[SeriesModel]:
     )
 
 
+def _link_fields(e: dict, model: str, m: dict) -> dict:
+    """LinkModel fields of link table entry e under one of its models (m: that model's fit)."""
+    return {
+        "backend": e["backend"],
+        "link_class": e["link_class"],
+        "timing": e["timing"],
+        "best_model": model,
+        "alpha_s": m["alpha_s"],
+        "beta_s_per_byte": m["beta_s_per_byte"],
+        "group_sizes": tuple(e.get("group_sizes", ())),
+        "note": e.get("note"),
+        "terms": {
+            op: tuple(
+                Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
+                for g in lines
+            )
+            for op, lines in (m.get("terms") or {}).items()
+        },
+    }
+
+
 class Calibration:
     """A loaded calibration: predict(), explain() and what it covers."""
 
@@ -93,23 +114,11 @@ class Calibration:
         self.links: list[LinkModel] = []
         for e in doc["link_table"]:
             m = e["models"][e["best_model"]]
+            lib = e.get("library")
             self.links.append(
                 LinkModel(
-                    backend=e["backend"],
-                    link_class=e["link_class"],
-                    timing=e["timing"],
-                    best_model=e["best_model"],
-                    alpha_s=m["alpha_s"],
-                    beta_s_per_byte=m["beta_s_per_byte"],
-                    group_sizes=tuple(e.get("group_sizes", ())),
-                    note=e.get("note"),
-                    terms={
-                        op: tuple(
-                            Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
-                            for g in lines
-                        )
-                        for op, lines in (m.get("terms") or {}).items()
-                    },
+                    **_link_fields(e, e["best_model"], m),
+                    library=LinkModel(**_link_fields(e, lib["name"], lib)) if lib else None,
                 )
             )
 
@@ -320,6 +329,8 @@ class Calibration:
         group of `nodes` nodes, when the intra link has terms for the op; else None."""
         counts = {n for n, _ in s.shapes}
         intra = self._link(s.key.backend, "intra", s.key.timing)
+        if intra is not None and intra.best_model != link.best_model:
+            intra = intra.library  # both links priced under the same model
         if nodes is None or len(counts) != 1 or link.link_class == "intra" or intra is None:
             return None
         return hierarchical_ratio(
@@ -355,6 +366,7 @@ class Calibration:
             s = next(s for s in pref if s.key.group_size == q)
             link = self._link(s.key.backend, link_class, s.key.timing)
             if link is not None:
+                link = link.library or link  # the library's own algorithm choice, if known
                 base = link.time(op, q, nbytes)
                 target = link.time(op, p, nbytes)
                 ratio = self._hierarchical(link, s, op, p, nodes, nbytes)
