@@ -109,3 +109,34 @@ class LinkModel:
             Line(x.bytes_min, x.bytes_max, x.alpha_s * a, x.beta_s_per_byte * b) for x in lines
         ]
         return predict_segments(scaled, nbytes)
+
+
+def _link_fields(e: dict, model: str, m: dict) -> dict:
+    """LinkModel fields of link table entry e under one of its models (m: that model's fit)."""
+    return {
+        "backend": e["backend"],
+        "link_class": e["link_class"],
+        "timing": e["timing"],
+        "best_model": model,
+        "alpha_s": m["alpha_s"],
+        "beta_s_per_byte": m["beta_s_per_byte"],
+        "group_sizes": tuple(e.get("group_sizes", ())),
+        "note": e.get("note"),
+        "terms": {
+            op: tuple(
+                Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
+                for g in lines
+            )
+            for op, lines in (m.get("terms") or {}).items()
+        },
+    }
+
+
+def link_model(e: dict) -> LinkModel:
+    """The LinkModel of a calibration's link table entry: its best model, and its library's
+    algorithm choice when the entry has one."""
+    lib = e.get("library")
+    return LinkModel(
+        **_link_fields(e, e["best_model"], e["models"][e["best_model"]]),
+        library=LinkModel(**_link_fields(e, lib["name"], lib)) if lib else None,
+    )

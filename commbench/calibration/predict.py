@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from commbench.calibration.costmodels import MODELLED_OPS
 from commbench.calibration.hierarchy import hierarchical_ratio
-from commbench.calibration.lines import Line, LinkModel, SeriesModel
+from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model
 from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
@@ -69,27 +69,6 @@ def _prefer(cands: list[SeriesModel]) -> list[SeriesModel]:
     )
 
 
-def _link_fields(e: dict, model: str, m: dict) -> dict:
-    """LinkModel fields of link table entry e under one of its models (m: that model's fit)."""
-    return {
-        "backend": e["backend"],
-        "link_class": e["link_class"],
-        "timing": e["timing"],
-        "best_model": model,
-        "alpha_s": m["alpha_s"],
-        "beta_s_per_byte": m["beta_s_per_byte"],
-        "group_sizes": tuple(e.get("group_sizes", ())),
-        "note": e.get("note"),
-        "terms": {
-            op: tuple(
-                Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
-                for g in lines
-            )
-            for op, lines in (m.get("terms") or {}).items()
-        },
-    }
-
-
 class Calibration:
     """A loaded calibration: predict(), explain() and what it covers."""
 
@@ -111,16 +90,7 @@ class Calibration:
             for s in doc["series"]
         ]
         self._by_key = {s.key: s for s in self.series}
-        self.links: list[LinkModel] = []
-        for e in doc["link_table"]:
-            m = e["models"][e["best_model"]]
-            lib = e.get("library")
-            self.links.append(
-                LinkModel(
-                    **_link_fields(e, e["best_model"], m),
-                    library=LinkModel(**_link_fields(e, lib["name"], lib)) if lib else None,
-                )
-            )
+        self.links: list[LinkModel] = [link_model(e) for e in doc["link_table"]]
 
     # ---- what it covers ----------------------------------------------------------------
     def coverage(self) -> list[dict]:
