@@ -180,6 +180,19 @@ def algorithm_name(op: str, p: int, nbytes: float) -> str | None:
     return None if alg is None else NAMES[op][alg]
 
 
+def switched(op: str, q: int, p: int, nbytes: float, lo: float, hi: float) -> str | None:
+    """Why a series of q ranks cannot be scaled to p at S = nbytes by a ratio of this model: p
+    runs another algorithm there, or the series' segment holding S (sizes lo..hi) spans an
+    algorithm switch of q's (its line mixes two algorithms); None when neither."""
+    at_q = {algorithm_name(op, q, x) for x in (lo, nbytes, hi)}
+    at_p = algorithm_name(op, p, nbytes)
+    if len(at_q) > 1:
+        return f"group size {q} switches algorithm ({', '.join(sorted(map(str, at_q)))}) there"
+    if at_p not in at_q:
+        return f"group size {p} runs {at_p} there, {q} ran {at_q.pop()}"
+    return None
+
+
 def library_coefficients(library: str, op: str, p: int, nbytes: float) -> tuple[float, float]:
     """(A, B) of op on p ranks at S = nbytes under the algorithm `library` picks there."""
     assert library in LIBRARIES, library

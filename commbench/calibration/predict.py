@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from commbench.calibration.algorithms import LIBRARIES, switched
 from commbench.calibration.costmodels import MODELLED_OPS
 from commbench.calibration.hierarchy import hierarchical_ratio
-from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model
+from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model, segment_for
 from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
@@ -339,6 +340,19 @@ class Calibration:
                 link = link.library or link  # the library's own algorithm choice, if known
                 base = link.time(op, q, nbytes)
                 target = link.time(op, p, nbytes)
+                seg = segment_for(s.segments, nbytes)
+                why = link.best_model in LIBRARIES and switched(
+                    op, q, p, nbytes, seg.bytes_min, seg.bytes_max
+                )
+                if why:  # q's time holds another algorithm's: the model prices p itself
+                    return Prediction(
+                        seconds=target,
+                        method=f"the {link.best_model} model at group size {p} ({why})",
+                        extrapolated=True,
+                        series=s.key,
+                        model=link.best_model,
+                        kind=kind,
+                    )
                 ratio = self._hierarchical(link, s, op, p, nodes, nbytes)
                 if ratio is not None:
                     return Prediction(
