@@ -136,6 +136,8 @@ def link_model(e: dict) -> LinkModel:
     """The LinkModel of a calibration's link table entry: its best model, and its library's
     algorithm choice when the entry has one."""
     lib = e.get("library")
+    if lib:  # only the ops it prices (fit/links.py: those it fits as well as the best)
+        lib = {**lib, "terms": {o: t for o, t in lib["terms"].items() if o in lib["priced_ops"]}}
     return LinkModel(
         **_link_fields(e, e["best_model"], e["models"][e["best_model"]]),
         library=LinkModel(**_link_fields(e, lib["name"], lib)) if lib else None,

@@ -337,7 +337,8 @@ class Calibration:
             s = next(s for s in pref if s.key.group_size == q)
             link = self._link(s.key.backend, link_class, s.key.timing)
             if link is not None:
-                link = link.library or link  # the library's own algorithm choice, if known
+                if link.library and op in link.library.terms:  # the library's own choice
+                    link = link.library
                 base = link.time(op, q, nbytes)
                 target = link.time(op, p, nbytes)
                 seg = segment_for(s.segments, nbytes)
