@@ -138,3 +138,16 @@ def test_a_switch_between_the_sizes_is_priced_by_the_model(tmp_path):
     got = cal.explain("reduce_scatter", nbytes, 3, "inter", extrapolate=True)
     assert "runs butterfly there" in got.method or "switches algorithm" in got.method
     assert got.seconds == pytest.approx(want, rel=0.05)
+
+
+def test_an_op_the_library_does_not_explain_keeps_the_fixed_model(tmp_path):
+    """A reduce_scatter with no jump where Open MPI switches to reduce + scatter (3x the link
+    bytes of the butterfly), as on shared memory: the library fits it worse than the fixed
+    models, so it does not price it and predict scales by the best fixed model."""
+    doc, cal = fitted(tmp_path, "reduce_scatter", lambda s: ALPHA + BETA * s / 2, OMPI)
+    lib = doc["link_table"][0]["library"]
+    best = doc["link_table"][0]["models"][doc["link_table"][0]["best_model"]]
+    assert lib["per_op_median_rel_err"]["reduce_scatter"] > best["median_rel_err"] + 0.02
+    assert "reduce_scatter" not in lib["priced_ops"]
+    got = cal.explain("reduce_scatter", 1 << 20, 4, "inter", extrapolate=True)
+    assert got.model == doc["link_table"][0]["best_model"]
