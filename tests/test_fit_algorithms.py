@@ -147,7 +147,7 @@ def test_an_op_the_library_does_not_explain_keeps_the_fixed_model(tmp_path):
     doc, cal = fitted(tmp_path, "reduce_scatter", lambda s: ALPHA + BETA * s / 2, OMPI)
     lib = doc["link_table"][0]["library"]
     best = doc["link_table"][0]["models"][doc["link_table"][0]["best_model"]]
-    assert lib["per_op_median_rel_err"]["reduce_scatter"] > best["median_rel_err"] + 0.02
+    assert lib["per_op_median_rel_err"]["reduce_scatter"] > 1.25 * best["median_rel_err"] + 0.02
     assert "reduce_scatter" not in lib["priced_ops"]
     got = cal.explain("reduce_scatter", 1 << 20, 4, "inter", extrapolate=True)
     assert got.model == doc["link_table"][0]["best_model"]
