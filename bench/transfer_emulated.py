@@ -6,7 +6,8 @@
 
 For each repeat and node count, in turn (2, 3, 4, 2, 3, 4, ...: load that drifts hits every
 node count alike), a `collectives` sweep (factor 2, one group of the whole world, ranks per
-node --ranks-per-node, inter links shaped to --rate) runs under `commbench emulate`. The 2-node
+node --ranks-per-node, inter links shaped to --rate, --iters timed iterations per point) runs
+under `commbench emulate`. The 2-node
 sweeps are fitted together (the calibration states their repeat spread as its noise floor);
 then `commbench validate --ops --extrapolate` predicts every record of every sweep from it.
 Scored per op, node count and size >= 64 KiB: |predicted / median measured over the repeats
@@ -56,7 +57,7 @@ def sweep(a: argparse.Namespace, n: int, run: Path) -> None:
         *("--", "suite", "collectives", "--set", f"max_bytes={a.max_bytes}"),
         *("--set", "factor=2", "--set", f"group_sizes=[{n * rpn}]"),
         *("--set", f"ops=[{','.join(ops)}]", "--set", "placements=[contiguous]"),
-        *("--results", str(run.parent), "--run-id", run.name),
+        *("--iters", str(a.iters), "--results", str(run.parent), "--run-id", run.name),
     )
 
 
@@ -85,6 +86,13 @@ def main() -> int:
     ap.add_argument("--rate", default="400mbit")
     ap.add_argument("--max-bytes", default="4M")
     ap.add_argument("--repeats", type=int, default=2, help="sweeps per node count, in turn")
+    ap.add_argument(
+        "--iters",
+        type=int,
+        default=10,
+        help="timed iterations per point (the suite's 0.05 s budget gives MiB sizes 3: one "
+        "preempted iteration moves their median)",
+    )
     ap.add_argument("--results", type=Path, default=REPO / "results" / "bench-transfer")
     ap.add_argument("--reuse", action="store_true", help="reuse sweeps already made")
     a = ap.parse_args()
