@@ -353,6 +353,8 @@ def fit_link_table(
                 "measure two group sizes to tell how time grows with the group"
             )
         library = (libraries or {}).get(backend)
+        if library and note:
+            note += f"; {library}'s algorithm choice scales the ops it prices"
         entries.append(
             LinkEntry(
                 library=library,
