@@ -182,9 +182,10 @@ def _points(items: list[LinkPoints], model: str, keep: np.ndarray) -> _Points:
     ps = np.concatenate([np.full(len(x), k.group_size) for k, x, *_ in items])
     x = np.concatenate([x for _, x, *_ in items])
     if model in LIBRARIES:  # the algorithm, so the coefficients, change with S
-        coef = [coefficients(model, o, p, s) for o, p, s in zip(ops.tolist(), ps.tolist(), x)]
-        A = np.array([c[0] for c in coef])
-        B = np.array([c[1] for c in coef])
+        keys = list(zip(ops.tolist(), ps.tolist(), x.tolist()))
+        at = {k: coefficients(model, *k) for k in set(keys)}  # repeats share their sizes
+        A = np.array([at[k][0] for k in keys])
+        B = np.array([at[k][1] for k in keys])
     else:
         by = {(o, p): coefficients(model, o, p) for o, p in set(zip(ops.tolist(), ps.tolist()))}
         A = np.array([by[(o, p)][0] for o, p in zip(ops.tolist(), ps.tolist())])
