@@ -151,3 +151,15 @@ def test_an_op_the_library_does_not_explain_keeps_the_fixed_model(tmp_path):
     assert "reduce_scatter" not in lib["priced_ops"]
     got = cal.explain("reduce_scatter", 1 << 20, 4, "inter", extrapolate=True)
     assert got.model == doc["link_table"][0]["best_model"]
+
+
+def test_runs_that_disagree_on_the_library_get_none(tmp_path):
+    """Two mpi runs, one on Open MPI and one on MPICH, fitted together: no library model (the
+    rules of one would price the other's times)."""
+    recs = collective_records("allreduce", 2, ALPHA, BETA, link="inter", sizes=SIZES)
+    runs = [
+        write_run(tmp_path, "ompi", recs, meta=OMPI),
+        write_run(tmp_path, "mpich", recs, meta={"libraries": {"mpi": "MPICH Version: 4.2"}}),
+    ]
+    assert calibrate.run_libraries(collect(read_fit_runs(runs[:1]))) == {"mpi": OPENMPI}
+    assert calibrate.run_libraries(collect(read_fit_runs(runs))) == {}
