@@ -163,3 +163,15 @@ def test_runs_that_disagree_on_the_library_get_none(tmp_path):
     ]
     assert calibrate.run_libraries(collect(read_fit_runs(runs[:1]))) == {"mpi": OPENMPI}
     assert calibrate.run_libraries(collect(read_fit_runs(runs))) == {}
+
+
+@pytest.mark.parametrize(
+    ("p", "want"),
+    [(4, (4.0, 3.75)), (3, (3.0, 2 + 2 / 3)), (2, (2.0, 1.5))],
+)
+def test_reduce_scatter_basic_linear_runs_the_reduce_its_rules_pick(p, want):
+    """Reduce_scatter_block's basic linear at 4 MiB is MPI_Reduce of S to rank 0, then a
+    scatter of (p-1)/p S. Tuned's reduce rules at 4 MiB: 4 ranks linear (3 S into the root),
+    3 ranks pipeline unsegmented (2 hops of S), 2 ranks one message."""
+    assert chosen("reduce_scatter", p, 4 << 20) == 1
+    assert library_coefficients(OPENMPI, "reduce_scatter", p, 4 << 20) == pytest.approx(want)

@@ -27,10 +27,10 @@ from commbench.ops import OPS
 OPENMPI = "openmpi-tuned"
 LIBRARIES = {OPENMPI: "Open MPI 5.0 coll/tuned fixed decision rules (commutative ops)"}
 # a model priced by a library's choice of algorithm, beside the fixed ones
-FALLBACK = {"broadcast": "tree", "reduce": "tree"}  # else "ring"
+FALLBACK = {"broadcast": "tree"}  # else "ring"
 
 # op -> rows (p below, ((bytes below, algorithm), ...)); None: no bound. The bytes compared
-# are Open MPI's total_dsize: S for allreduce, one rank's block S / p for the others.
+# are Open MPI's total_dsize: S for allreduce and reduce, one rank's block S / p for the others.
 Rules = tuple[tuple[int | None, tuple[tuple[int | None, int], ...]], ...]
 RULES: dict[str, Rules] = {
     "allreduce": (
@@ -80,6 +80,17 @@ RULES: dict[str, Rules] = {
         (16, ((4, 1), (32, 3), (128, 4), (524288, 3), (4194304, 1), (None, 4))),
         (32, ((32, 1), (524288, 3), (2097152, 1), (4194304, 3), (None, 4))),
         (None, ((4, 3), (16, 1), (65536, 4), (262144, 1), (None, 4))),
+    ),
+    "reduce": (
+        (4, ((8, 7), (16, 4), (32, 3), (262144, 1), (524288, 3), (1048576, 2), (None, 3))),
+        (8, ((4096, 4), (65536, 2), (262144, 5), (524288, 1), (1048576, 5), (None, 1))),
+        (16, ((8192, 4), (None, 5))),
+        (32, ((4096, 4), (None, 5))),
+        (256, ((None, 5),)),
+        (512, ((8192, 5), (16384, 6), (None, 5))),
+        (2048, ((None, 5),)),
+        (4096, ((512, 5), (1024, 6), (8192, 5), (16384, 6), (None, 5))),
+        (None, ((16, 5), (32, 6), (1024, 5), (2048, 6), (8192, 5), (16384, 6), (None, 5))),
     ),
 }  # fmt: skip
 RULES["alltoallv"] = RULES["alltoall"]  # priced as alltoall (S = the busiest send buffer)
@@ -134,10 +145,27 @@ def _alltoall(alg: int, p: int) -> tuple[float, float]:
     return 1.0, _frac(p)  # linear, linear with a request limit: every block posted at once
 
 
-def _reduce_scatter(alg: int, p: int) -> tuple[float, float]:
+def _reduce(alg: int, p: int) -> tuple[float, float]:
+    """A reduce of S to the root, unsegmented (tuned passes segment size 0): the root's link
+    takes every message a child sends it, a chain's depth adds its hops."""
+    if alg in (1, 3):  # linear: p - 1 messages into the root; pipeline: a chain of p - 1 hops
+        return p - 1, p - 1
+    if alg == 2:  # chain, fanout 4: 4 children into the root, each a chain of the rest
+        fan = min(p - 1, 4)
+        return fan + math.ceil((p - 1) / fan) - 1, fan + math.ceil((p - 1) / fan) - 1
+    if alg in (4, 6):  # (in-order) binary tree: two children per level
+        depth = _lg(p + 1) - 1
+        return 2 * depth, 2 * depth
+    if alg == 7:  # Rabenseifner: a reduce-scatter, then a gather to the root
+        return 2 * _lg(p), 2 * _frac(p)
+    return _lg(p), _lg(p)  # binomial
+
+
+def _reduce_scatter(alg: int, p: int, nbytes: float = 0.0) -> tuple[float, float]:
     q, lq, fold = _pof2(p)
-    if alg == 1:  # a reduce of all of S to rank 0 (binomial), then a linear scatter
-        return _lg(p) + 1, _lg(p) + _frac(p)
+    if alg == 1:  # a reduce of all of S to rank 0 (by reduce's own rules), a linear scatter
+        a, b = _reduce(chosen("reduce", p, nbytes) or 5, p)
+        return a + 1, b + _frac(p)
     if alg == 2:  # recursive doubling
         return _lg(p), _frac(p)
     # 3 recursive halving, 4 butterfly: on a power of two lg p rounds halving the vector;
@@ -150,7 +178,7 @@ ALGORITHMS: dict[str, Callable[[int, int], tuple[float, float]]] = {
     "allgather": _allgather,
     "alltoall": _alltoall,
     "alltoallv": _alltoall,
-    "reduce_scatter": _reduce_scatter,
+    "reduce": _reduce,
 }
 NAMES = {
     "allreduce": {1: "basic linear", 2: "nonoverlapping", 3: "recursive doubling", 4: "ring",
@@ -161,6 +189,8 @@ NAMES = {
                  5: "two proc"},
     "reduce_scatter": {1: "basic linear", 2: "recursive doubling", 3: "recursive halving",
                        4: "butterfly"},
+    "reduce": {1: "linear", 2: "chain", 3: "pipeline", 4: "binary", 5: "binomial",
+               6: "in-order binary", 7: "rabenseifner"},
 }  # fmt: skip
 NAMES["alltoallv"] = NAMES["alltoall"]
 
@@ -170,7 +200,7 @@ def chosen(op: str, p: int, nbytes: float) -> int | None:
     rules = RULES.get(op)
     if rules is None or p < 2:
         return None
-    total = nbytes if op == "allreduce" else nbytes / p
+    total = nbytes if op in ("allreduce", "reduce") else nbytes / p
     row = next(r for below, r in rules if below is None or p < below)
     return next(alg for below, alg in row if below is None or total < below)
 
@@ -201,6 +231,8 @@ def library_coefficients(library: str, op: str, p: int, nbytes: float) -> tuple[
     alg = chosen(op, p, nbytes)
     if alg is None:
         return OPS[op].cost(FALLBACK.get(op, "ring"), p)
+    if op == "reduce_scatter":  # its basic linear runs a reduce of S, chosen by S
+        return _reduce_scatter(alg, p, nbytes)
     return ALGORITHMS[op](alg, p)
 
 
