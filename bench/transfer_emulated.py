@@ -1,7 +1,7 @@
 """Transfer on emulated nodes: fit a calibration on 2 nodes, predict 3 and 4 nodes nobody fitted.
 
     sudo .venv/bin/python bench/transfer_emulated.py                  # 2 -> 3, 4 nodes, 400mbit
-    sudo .venv/bin/python bench/transfer_emulated.py --repeats 3 --rate 200mbit
+    sudo .venv/bin/python bench/transfer_emulated.py --repeats 5 --rate 200mbit
     sudo .venv/bin/python bench/transfer_emulated.py --reuse          # score the sweeps again
 
 For each repeat and node count, in turn (2, 3, 4, 2, 3, 4, ...: load that drifts hits every
