@@ -23,11 +23,12 @@ import math
 from collections.abc import Callable
 
 from commbench.ops import OPS
+from commbench.ops.spec import frac, lg
 
 OPENMPI = "openmpi-tuned"
+# the library models, beside the fixed ones: name -> the rules they transcribe
 LIBRARIES = {OPENMPI: "Open MPI 5.0 coll/tuned fixed decision rules (commutative ops)"}
-# a model priced by a library's choice of algorithm, beside the fixed ones
-FALLBACK = {"broadcast": "tree"}  # else "ring"
+FALLBACK = {"broadcast": "tree"}  # the fixed model of an op the rules do not cover, else ring
 
 # op -> rows (p below, ((bytes below, algorithm), ...)); None: no bound. The bytes compared
 # are Open MPI's total_dsize: S for allreduce and reduce, one rank's block S / p for the others.
@@ -102,24 +103,16 @@ def _pof2(p: int) -> tuple[int, float, int]:
     return q, float(q.bit_length() - 1), int(q != p)
 
 
-def _lg(p: int) -> float:
-    return float(math.ceil(math.log2(p))) if p > 1 else 0.0
-
-
-def _frac(p: int) -> float:
-    return (p - 1) / p
-
-
 def _allreduce(alg: int, p: int) -> tuple[float, float]:
     q, lq, fold = _pof2(p)
     if alg == 3:  # recursive doubling; a fold of the extra ranks before and after
         return lq + 2 * fold, lq + 2 * fold
     if alg in (4, 5):  # ring, segmented ring: reduce-scatter then all-gather
-        return 2 * (p - 1), 2 * _frac(p)
+        return 2 * (p - 1), 2 * frac(p)
     if alg == 6:  # Rabenseifner; the fold: half exchange + half send, then a full send back
-        return 2 * lq + 3 * fold, 2 * _frac(q) + 2 * fold
+        return 2 * lq + 3 * fold, 2 * frac(q) + 2 * fold
     # 1 basic linear, 2 non-overlapping: a reduce to the root, then a broadcast (binomial)
-    return 2 * _lg(p), 2 * _lg(p)
+    return 2 * lg(p), 2 * lg(p)
 
 
 def _allgather(alg: int, p: int) -> tuple[float, float]:
@@ -127,22 +120,22 @@ def _allgather(alg: int, p: int) -> tuple[float, float]:
     if alg == 6:  # two procs: one exchange of the shard
         return 1.0, 0.5
     if alg == 3 and not fold:  # recursive doubling (non-powers of two run Bruck)
-        return lq, _frac(p)
+        return lq, frac(p)
     if alg in (2, 3):  # Bruck
-        return _lg(p), _frac(p)
+        return lg(p), frac(p)
     if alg == 5 and p % 2 == 0:  # neighbour exchange (odd p runs the ring)
-        return p / 2, _frac(p)
-    return p - 1, _frac(p)  # ring (and 1, linear gather + broadcast, priced as it)
+        return p / 2, frac(p)
+    return p - 1, frac(p)  # ring (and 1, linear gather + broadcast, priced as it)
 
 
 def _alltoall(alg: int, p: int) -> tuple[float, float]:
     if alg == 5:  # two procs
         return 1.0, 0.5
     if alg == 2:  # pairwise: p - 1 rounds of one block
-        return p - 1, _frac(p)
+        return p - 1, frac(p)
     if alg == 3:  # modified Bruck: lg p rounds of about half the buffer
-        return _lg(p), _lg(p) / 2
-    return 1.0, _frac(p)  # linear, linear with a request limit: every block posted at once
+        return lg(p), lg(p) / 2
+    return 1.0, frac(p)  # linear, linear with a request limit: every block posted at once
 
 
 def _reduce(alg: int, p: int) -> tuple[float, float]:
@@ -154,23 +147,23 @@ def _reduce(alg: int, p: int) -> tuple[float, float]:
         fan = min(p - 1, 4)
         return fan + math.ceil((p - 1) / fan) - 1, fan + math.ceil((p - 1) / fan) - 1
     if alg in (4, 6):  # (in-order) binary tree: two children per level
-        depth = _lg(p + 1) - 1
+        depth = lg(p + 1) - 1
         return 2 * depth, 2 * depth
     if alg == 7:  # Rabenseifner: a reduce-scatter, then a gather to the root
-        return 2 * _lg(p), 2 * _frac(p)
-    return _lg(p), _lg(p)  # binomial
+        return 2 * lg(p), 2 * frac(p)
+    return lg(p), lg(p)  # binomial
 
 
 def _reduce_scatter(alg: int, p: int, nbytes: float = 0.0) -> tuple[float, float]:
     q, lq, fold = _pof2(p)
     if alg == 1:  # a reduce of all of S to rank 0 (by reduce's own rules), a linear scatter
         a, b = _reduce(chosen("reduce", p, nbytes) or 5, p)
-        return a + 1, b + _frac(p)
+        return a + 1, b + frac(p)
     if alg == 2:  # recursive doubling
-        return _lg(p), _frac(p)
+        return lg(p), frac(p)
     # 3 recursive halving, 4 butterfly: on a power of two lg p rounds halving the vector;
     # else the extra ranks first fold all of S into a partner and get their block at the end
-    return lq + 2 * fold, _frac(q) + fold * (1 + 1 / p)
+    return lq + 2 * fold, frac(q) + fold * (1 + 1 / p)
 
 
 ALGORITHMS: dict[str, Callable[[int, int], tuple[float, float]]] = {
