@@ -1,6 +1,6 @@
-"""Accuracy of the fitter on real sweeps: leave-one-size-out relative error.
+"""Accuracy of the fitter on real sweeps: leave-one-size-out error and the link table's per-op error.
 
-    python bench/fit_accuracy.py --make            # sweep 5 ops on 4 mpi ranks, then score it
+    python bench/fit_accuracy.py --make            # collectives sweep on 2 mpi ranks, then score
     python bench/fit_accuracy.py results/RUN ...   # score existing runs
     python bench/fit_accuracy.py --make --penalty 1,2,3
 
@@ -9,8 +9,12 @@ whole series (segmentation included), predict the dropped size, and take |pred -
 Reported: per series and overall medians, over all sizes and over interior sizes only (the
 smallest and largest size are extrapolations when left out), next to the in-sample error, the
 calibration's own LOSO (segmentation held fixed), and log-log interpolation of the left-out
-size's neighbours' median times (inside the measured range a fit should not lose to it). The measuring sweep uses
-`commbench run OP -b 8 -e 4M` for allreduce, allgather, reduce_scatter, alltoall and sendrecv.
+size's neighbours' median times (inside the measured range a fit should not lose to it). Then
+the link table's median error per op from 64 KiB up, under the best fixed model and the
+library's own algorithm choice (the goal: below 10% per op), PASS/FAIL. The measuring sweep is
+`commbench suite collectives --set factor=2 --iters 10` of allreduce, allgather,
+reduce_scatter, alltoall, broadcast and sendrecv (8 B..64 MiB), under the measuring lock when
+one is given (`flock /tmp/cb-measure.lock python bench/fit_accuracy.py --make`).
 """
 
 from __future__ import annotations
@@ -29,16 +33,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from commbench.calibration.lines import predict_segments  # noqa: E402
-from commbench.fit.calibrate import fit_collected  # noqa: E402
+from commbench.fit.calibrate import build, fit_collected  # noqa: E402
 from commbench.fit.collect import collect, read_fit_runs  # noqa: E402
 from commbench.fit.options import FitOptions  # noqa: E402
 from commbench.fit.series import fit_series  # noqa: E402
 
-OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "sendrecv")
+OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+GOAL = 0.10  # the link table's median error per op from 64 KiB up
 
 
-def make_runs(root: Path, ranks: int, budget: float, factor: float) -> list[Path]:
-    """Measure the sweep on this machine (real mpirun, mpi backend)."""
+def make_runs(root: Path, ranks: int, iters: int, factor: float) -> list[Path]:
+    """Measure the collectives sweep on this machine (real mpirun, mpi backend)."""
     mpirun = Path(sys.executable).parent / "mpirun"
     env = dict(
         os.environ,
@@ -46,37 +51,15 @@ def make_runs(root: Path, ranks: int, budget: float, factor: float) -> list[Path
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
         PYTHONPATH=str(REPO),
     )
-    runs = []
-    for op in OPS:
-        run_id = f"acc-{op}-{time.strftime('%H%M%S')}"
-        cmd = [
-            str(mpirun) if mpirun.exists() else "mpirun",
-            "-n",
-            str(ranks),
-            "--oversubscribe",
-            sys.executable,
-            "-m",
-            "commbench",
-            "run",
-            op,
-            "-b",
-            "8",
-            "-e",
-            "4M",
-            "-f",
-            str(factor),
-            "--budget",
-            str(budget),
-            "--backend",
-            "mpi",
-            "--results",
-            str(root),
-            "--run-id",
-            run_id,
-        ]
-        subprocess.run(cmd, check=True, timeout=600, env=env, stdout=subprocess.DEVNULL)
-        runs.append(root / run_id)
-    return runs
+    run_id = f"acc-collectives-{time.strftime('%H%M%S')}"
+    cmd = [
+        *(str(mpirun) if mpirun.exists() else "mpirun", "-n", str(ranks), "--oversubscribe"),
+        *(sys.executable, "-m", "commbench", "suite", "collectives", "--backend", "mpi"),
+        *("--iters", str(iters), "--set", f"factor={factor:g}"),
+        *("--set", f"ops=[{','.join(OPS)}]", "--results", str(root), "--run-id", run_id),
+    ]
+    subprocess.run(cmd, check=True, timeout=900, env=env, stdout=subprocess.DEVNULL)
+    return [root / run_id]
 
 
 def loso(
@@ -107,8 +90,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", help="run directories (default: make a sweep)")
     ap.add_argument("--make", action="store_true", help="measure a sweep first")
-    ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--budget", type=float, default=0.05, help="seconds per point")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10, help="timed iterations per point")
     ap.add_argument("--factor", type=float, default=2.0, help="size step factor")
     ap.add_argument("--penalty", default="2", help="comma-separated BIC penalty multipliers")
     ap.add_argument("--bootstrap", type=int, default=0, help="bootstrap resamples (speed)")
@@ -117,9 +100,10 @@ def main() -> int:
     if args.make or not runs:
         root = Path(tempfile.mkdtemp(prefix="commbench-acc-"))
         t0 = time.perf_counter()
-        runs = make_runs(root, args.ranks, args.budget, args.factor)
+        runs = make_runs(root, args.ranks, args.iters, args.factor)
         print(f"# measured {len(runs)} runs in {time.perf_counter() - t0:.0f} s under {root}")
     collected = collect(read_fit_runs(runs))
+    print(f"# load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     for pen in [float(p) for p in args.penalty.split(",")]:
         opts = FitOptions(penalty=pen, bootstrap=args.bootstrap)
         outcomes, skipped = fit_collected(collected, opts)
@@ -149,7 +133,37 @@ def main() -> int:
         )
         for s in skipped:
             print(f"# not fitted: {s['op']} p={s['group_size']}: {s['reason']}")
-    return 0
+    return 0 if link_table_goal(collected) else 1
+
+
+def link_table_goal(collected) -> bool:
+    """Print the link table's median error per op from 64 KiB up (best fixed model, and the
+    library's own algorithm choice where known); True when every op is within GOAL."""
+    doc, _, _ = build(collected, FitOptions(bootstrap=0))
+    ok = True
+    print(f"\n# link table: median |error| per op from 64 KiB up (goal {GOAL:.0%})")
+    for e in doc["link_table"]:
+        best = e["models"][e["best_model"]]["per_op_large_median_rel_err"]
+        lib = {  # the ops it prices: those it fits as well as the best fixed model
+            op: err
+            for op, err in (e.get("library") or {}).get("per_op_large_median_rel_err", {}).items()
+            if op in e["library"]["priced_ops"]
+        }
+        name = e["library"]["name"] if e.get("library") else "-"
+        print(
+            f"# {e['backend']}/{e['link_class']} p={e['group_sizes']}: {'op':>15} "
+            f"{e['best_model']:>13} {name:>13}"
+        )
+        for op, err in sorted(best.items()):
+            use = lib.get(op, err)
+            ok &= use <= GOAL
+            print(
+                f"  {'':>20} {op:>15} {err:13.1%} "
+                + (f"{lib[op]:13.1%}" if op in lib else f"{'-':>13}")
+                + ("" if use <= GOAL else "  MISS")
+            )
+    print("PASS" if ok else "FAIL")
+    return ok
 
 
 if __name__ == "__main__":

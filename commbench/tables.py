@@ -157,8 +157,9 @@ LINKS = TableSpec(
 LINK_FIT_OK = 0.25
 LINK_LEGEND = (
     "best: * (= ties within 1%; the first of ring, tree, rabenseifner, pairwise wins a tie); "
-    f"?: the least bad where no model is within {LINK_FIT_OK:.0%} median error; "
-    "group sizes and ops per link:"
+    f"?: the least bad where no model is within {LINK_FIT_OK:.0%} median error; L: the "
+    "library's own algorithm choice (predict scales group sizes by it); group sizes and ops "
+    "per link:"
 )
 
 
@@ -173,9 +174,13 @@ def link_rows(link_table: list[dict]) -> list[list]:
     marked * and its ties =; a reference's models lack the fit's errors (read "-")."""
     rows = []
     for e in link_table:
-        for name, m in e["models"].items():
+        models = dict(e["models"])
+        if e.get("library"):  # the library's own algorithm choice (marked L), beside them
+            models[e["library"]["name"]] = e["library"]
+        for name, m in models.items():
             best = "*" if _fits(e) else "?"
             mark = best if name == e["best_model"] else ("=" if name in e.get("ties", []) else "")
+            mark = "L" if name not in e["models"] else mark
             rows.append(
                 [
                     e["backend"],
@@ -212,10 +217,12 @@ def link_notes(link_table: list[dict]) -> list[str]:
         )
         best = e["models"][e["best_model"]]
         large = best.get("per_op_large_median_rel_err", {})
+        lib = (e.get("library") or {}).get("per_op_large_median_rel_err", {})
         for op, lines in sorted(best.get("terms", {}).items()):
             beta = lines[-1]["beta_s_per_byte"]
             bw = f"{1 / beta / 1e9:.3g} GB/s" if beta > 0 else "-"
             err = f", err from 64 KiB up {large[op]:.1%}" if op in large else ""
+            err += f" ({e['library']['name']}: {lib[op]:.1%})" if op in lib else ""
             out.append(f"  {op}: {len(lines)} regime(s), top busbw {bw}{err}")
         if best.get("below_latency"):
             out.append(

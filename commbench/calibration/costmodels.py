@@ -10,6 +10,7 @@ to group sizes it did not measure.
 
 from __future__ import annotations
 
+from commbench.calibration.algorithms import LIBRARIES, library_coefficients
 from commbench.ops import OPS
 from commbench.ops.spec import MODELS
 
@@ -19,14 +20,18 @@ __all__ = ["MODELLED_OPS", "MODELS", "coefficients", "model_time"]
 MODELLED_OPS = tuple(name for name, spec in OPS.items() if spec.costs)
 
 
-def coefficients(model: str, op: str, p: int) -> tuple[float, float]:
-    """(A, B) of `op` on p ranks under `model`: time = alpha * A + beta * B * S."""
-    assert model in MODELS, model
+def coefficients(model: str, op: str, p: int, nbytes: float | None = None) -> tuple[float, float]:
+    """(A, B) of `op` on p ranks under `model`: time = alpha * A + beta * B * S. A library's
+    model (calibration.algorithms) depends on S too, so it needs nbytes."""
     assert op in MODELLED_OPS, f"{op} is not modelled"
+    if model in LIBRARIES:
+        assert nbytes is not None, f"the {model} model needs the bytes"
+        return library_coefficients(model, op, p, nbytes)
+    assert model in MODELS, model
     return OPS[op].cost(model, p)
 
 
 def model_time(model: str, op: str, p: int, nbytes: float, alpha: float, beta: float) -> float:
     """Seconds for `op` of S = nbytes on p ranks under `model` with link (alpha, beta)."""
-    a, b = coefficients(model, op, p)
+    a, b = coefficients(model, op, p, nbytes)
     return alpha * a + beta * b * nbytes

@@ -38,8 +38,8 @@ def hierarchical_ratio(
     a_intra, _ = other
 
     def steps(ranks: int, nodes: int) -> tuple[float, float, float]:
-        a_all, b_all = coefficients(model, op, ranks)
-        a_nodes = coefficients(model, op, nodes)[0] if nodes > 1 else 0.0
+        a_all, b_all = coefficients(model, op, ranks, nbytes)
+        a_nodes = coefficients(model, op, nodes, nbytes)[0] if nodes > 1 else 0.0
         return a_all - a_nodes, a_nodes, b_all
 
     intra_q, inter_q, b_q = steps(q, nq)

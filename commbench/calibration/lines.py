@@ -77,7 +77,8 @@ class SeriesModel:
 @dataclass(frozen=True, kw_only=True)
 class LinkModel:
     """A link's best model: per-op terms (one (alpha, beta) per size regime, fit/links.py) for
-    the ops measured on it, the shared (alpha, beta) for the others."""
+    the ops measured on it, the shared (alpha, beta) for the others; `library`, when the
+    library's algorithm choice is known, the same under that choice."""
 
     backend: str
     link_class: str
@@ -88,6 +89,8 @@ class LinkModel:
     group_sizes: tuple[int, ...]
     note: str | None = None
     terms: Mapping[str, tuple[Line, ...]] = field(default_factory=dict)
+    # the same link fitted under its library's algorithm choice (best_model = the library)
+    library: LinkModel | None = None
 
     def terms_at(self, op: str, nbytes: float) -> tuple[float, float] | None:
         """(alpha, beta) of op's regime holding nbytes, None when op has no terms."""
@@ -101,8 +104,41 @@ class LinkModel:
         lines = self.terms.get(op)
         if not lines:
             return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
-        a, b = coefficients(self.best_model, op, p)
+        a, b = coefficients(self.best_model, op, p, nbytes)
         scaled = [
             Line(x.bytes_min, x.bytes_max, x.alpha_s * a, x.beta_s_per_byte * b) for x in lines
         ]
         return predict_segments(scaled, nbytes)
+
+
+def _link_fields(e: dict, model: str, m: dict) -> dict:
+    """LinkModel fields of link table entry e under one of its models (m: that model's fit)."""
+    return {
+        "backend": e["backend"],
+        "link_class": e["link_class"],
+        "timing": e["timing"],
+        "best_model": model,
+        "alpha_s": m["alpha_s"],
+        "beta_s_per_byte": m["beta_s_per_byte"],
+        "group_sizes": tuple(e.get("group_sizes", ())),
+        "note": e.get("note"),
+        "terms": {
+            op: tuple(
+                Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
+                for g in lines
+            )
+            for op, lines in (m.get("terms") or {}).items()
+        },
+    }
+
+
+def link_model(e: dict) -> LinkModel:
+    """The LinkModel of a calibration's link table entry: its best model, and its library's
+    algorithm choice when the entry has one."""
+    lib = e.get("library")
+    if lib:  # only the ops it prices (fit/links.py: those it fits as well as the best)
+        lib = {**lib, "terms": {o: t for o, t in lib["terms"].items() if o in lib["priced_ops"]}}
+    return LinkModel(
+        **_link_fields(e, e["best_model"], e["models"][e["best_model"]]),
+        library=LinkModel(**_link_fields(e, lib["name"], lib)) if lib else None,
+    )

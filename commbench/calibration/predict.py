@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from commbench.calibration.algorithms import LIBRARIES, switched
 from commbench.calibration.costmodels import MODELLED_OPS
 from commbench.calibration.hierarchy import hierarchical_ratio
-from commbench.calibration.lines import Line, LinkModel, SeriesModel
+from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model, segment_for
 from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
@@ -90,28 +91,7 @@ class Calibration:
             for s in doc["series"]
         ]
         self._by_key = {s.key: s for s in self.series}
-        self.links: list[LinkModel] = []
-        for e in doc["link_table"]:
-            m = e["models"][e["best_model"]]
-            self.links.append(
-                LinkModel(
-                    backend=e["backend"],
-                    link_class=e["link_class"],
-                    timing=e["timing"],
-                    best_model=e["best_model"],
-                    alpha_s=m["alpha_s"],
-                    beta_s_per_byte=m["beta_s_per_byte"],
-                    group_sizes=tuple(e.get("group_sizes", ())),
-                    note=e.get("note"),
-                    terms={
-                        op: tuple(
-                            Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
-                            for g in lines
-                        )
-                        for op, lines in (m.get("terms") or {}).items()
-                    },
-                )
-            )
+        self.links: list[LinkModel] = [link_model(e) for e in doc["link_table"]]
 
     # ---- what it covers ----------------------------------------------------------------
     def coverage(self) -> list[dict]:
@@ -320,6 +300,8 @@ class Calibration:
         group of `nodes` nodes, when the intra link has terms for the op; else None."""
         counts = {n for n, _ in s.shapes}
         intra = self._link(s.key.backend, "intra", s.key.timing)
+        if intra is not None and intra.best_model != link.best_model:
+            intra = intra.library  # both links priced under the same model
         if nodes is None or len(counts) != 1 or link.link_class == "intra" or intra is None:
             return None
         return hierarchical_ratio(
@@ -355,8 +337,23 @@ class Calibration:
             s = next(s for s in pref if s.key.group_size == q)
             link = self._link(s.key.backend, link_class, s.key.timing)
             if link is not None:
+                if link.library and op in link.library.terms:  # the library's own choice
+                    link = link.library
                 base = link.time(op, q, nbytes)
                 target = link.time(op, p, nbytes)
+                seg = segment_for(s.segments, nbytes)
+                why = link.best_model in LIBRARIES and switched(
+                    op, q, p, nbytes, seg.bytes_min, seg.bytes_max
+                )
+                if why:  # q's time holds another algorithm's: the model prices p itself
+                    return Prediction(
+                        seconds=target,
+                        method=f"the {link.best_model} model at group size {p} ({why})",
+                        extrapolated=True,
+                        series=s.key,
+                        model=link.best_model,
+                        kind=kind,
+                    )
                 ratio = self._hierarchical(link, s, op, p, nodes, nbytes)
                 if ratio is not None:
                     return Prediction(

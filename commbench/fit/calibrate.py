@@ -14,6 +14,7 @@ import numpy as np
 
 from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
+from commbench.calibration.algorithms import library_of
 from commbench.fit.collect import Collected, SeriesData
 from commbench.fit.links import LinkEntry, LinkPoints, fit_link_table
 from commbench.fit.options import FitOptions
@@ -137,6 +138,16 @@ def link_points(outcomes: list[SeriesOutcome]) -> list[LinkPoints]:
     return out
 
 
+def run_libraries(collected: Collected) -> dict[str, str]:
+    """Per backend, the library whose algorithm choice calibration.algorithms knows, from the
+    runs' meta.json (the MPI library mpi4py loaded); a backend whose runs disagree has none."""
+    seen: dict[str, set] = {}
+    for r in collected.runs:
+        backend = str(r.get("backend"))
+        seen.setdefault(backend, set()).add(library_of(backend, r.get("libraries")))
+    return {b: libs.pop() for b, libs in seen.items() if len(libs) == 1 and None not in libs}
+
+
 def build_doc(
     collected: Collected,
     outcomes: list[SeriesOutcome],
@@ -189,5 +200,5 @@ def build(
     """Fit everything in `collected`: the calibration document, the fits and the link table."""
     opts = opts or FitOptions()
     outcomes, skipped = fit_collected(collected, opts)
-    links, link_skipped = fit_link_table(link_points(outcomes), opts)
+    links, link_skipped = fit_link_table(link_points(outcomes), opts, run_libraries(collected))
     return build_doc(collected, outcomes, skipped, links, link_skipped, opts), outcomes, links

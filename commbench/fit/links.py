@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from commbench.calibration.algorithms import LIBRARIES
 from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
 from commbench.calibration.lines import Line, SegmentLike, predict_segments
 from commbench.calibration.series_key import SeriesKey
@@ -38,6 +39,10 @@ TIE = 1.01
 P2P_OPS = ("sendrecv", "pingpong")
 LATENCY_SHARE = 0.5  # a collective point below this share of the p2p latency is rejected
 LATENCY_BYTES = 1024  # p2p sizes up to this are latency-bound
+# the library model prices an op whose median error is at most LIBRARY_RATIO x the best fixed
+# model's + LIBRARY_MARGIN: the two differ only in latency rounds at one group size unless the
+# library's algorithm switch is not what the times follow (then 3x and more)
+LIBRARY_RATIO, LIBRARY_MARGIN = 1.25, 0.02
 LARGE = 64 << 10  # per-op errors are also reported at sizes >= this (bandwidth regime)
 
 # (key, bytes, seconds, series weights, the series' segments)
@@ -108,9 +113,33 @@ class LinkEntry:
     ties: list[str]
     models: dict[str, ModelFit] = field(default_factory=dict)
     note: str | None = None
+    library: str | None = None  # calibration.algorithms: whose algorithm choice was modelled
+    library_fit: ModelFit | None = None  # the per-op terms under that library's choice
+
+    def library_ops(self) -> list[str]:
+        """The ops the library model prices: those whose points it fits about as well as the
+        best fixed model (LIBRARY_RATIO, LIBRARY_MARGIN). Where it fits worse its byte counts
+        are not what the time follows (on shared memory a reduce + scatter costs copies and
+        reductions, not 3x the link bytes of a butterfly), so the fixed model keeps them."""
+        assert self.library_fit is not None
+        best = self.models[self.best_model].per_op_median_rel_err
+        mine = self.library_fit.per_op_median_rel_err
+        return sorted(
+            op for op, e in mine.items() if e <= LIBRARY_RATIO * best.get(op, 0.0) + LIBRARY_MARGIN
+        )
 
     def as_dict(self) -> dict:
         best = self.models[self.best_model]
+        lib = {}
+        if self.library and self.library_fit:
+            lib = {
+                "library": {
+                    "name": self.library,
+                    "rules": LIBRARIES[self.library],
+                    "priced_ops": self.library_ops(),
+                    **self.library_fit.as_dict(),
+                }
+            }
         return {
             "backend": self.backend,
             "link_class": self.link_class,
@@ -124,6 +153,7 @@ class LinkEntry:
             "busbw_GBps": best.busbw_GBps,
             "models": {m: f.as_dict() for m, f in self.models.items()},
             **({"note": self.note} if self.note else {}),
+            **lib,
         }
 
 
@@ -150,10 +180,16 @@ class _Points:
 def _points(items: list[LinkPoints], model: str, keep: np.ndarray) -> _Points:
     ops = np.concatenate([np.full(len(x), k.op) for k, x, *_ in items])
     ps = np.concatenate([np.full(len(x), k.group_size) for k, x, *_ in items])
-    coef = {(o, p): coefficients(model, o, p) for o, p in set(zip(ops.tolist(), ps.tolist()))}
-    A = np.array([coef[(o, p)][0] for o, p in zip(ops.tolist(), ps.tolist())])
-    B = np.array([coef[(o, p)][1] for o, p in zip(ops.tolist(), ps.tolist())])
     x = np.concatenate([x for _, x, *_ in items])
+    if model in LIBRARIES:  # the algorithm, so the coefficients, change with S
+        keys = list(zip(ops.tolist(), ps.tolist(), x.tolist()))
+        at = {k: coefficients(model, *k) for k in set(keys)}  # repeats share their sizes
+        A = np.array([at[k][0] for k in keys])
+        B = np.array([at[k][1] for k in keys])
+    else:
+        by = {(o, p): coefficients(model, o, p) for o, p in set(zip(ops.tolist(), ps.tolist()))}
+        A = np.array([by[(o, p)][0] for o, p in zip(ops.tolist(), ps.tolist())])
+        B = np.array([by[(o, p)][1] for o, p in zip(ops.tolist(), ps.tolist())])
     t = np.concatenate([t for _, _, t, *_ in items])
     w = np.concatenate([w for _, _, _, w, _ in items])
     return _Points(ops, ps, x, t, np.where(keep & (w > 0), 1.0, 0.0), A, B)
@@ -161,14 +197,16 @@ def _points(items: list[LinkPoints], model: str, keep: np.ndarray) -> _Points:
 
 def _start(items: list[LinkPoints], model: str, nbytes: float | None) -> tuple[float, float]:
     """Alpha and beta of the model from the series fits: the median over series of the segment
-    alpha / A and beta / B (the segment holding nbytes; None: first alpha, last beta)."""
+    alpha / A and beta / B (the segment holding nbytes; None: first alpha, last beta), the
+    coefficients taken where the segment is (a library's model changes with S)."""
     alphas, betas = [], []
     for key, *_, segs in items:
-        a_coef, b_coef = coefficients(model, key.op, key.group_size)
         if nbytes is None:
             first, last = segs[0], segs[-1]
         else:
             first = last = segs[int(regime_index(segs, np.array([nbytes]))[0])]
+        a_coef = coefficients(model, key.op, key.group_size, max(first.bytes_min, 1))[0]
+        b_coef = coefficients(model, key.op, key.group_size, max(last.bytes_max, 1))[1]
         if a_coef > 0:
             alphas.append(first.alpha_s / a_coef)
         if b_coef > 0:
@@ -259,10 +297,14 @@ def latency_keep(items: list[LinkPoints]) -> np.ndarray:
 
 
 def fit_link_table(
-    points: list[LinkPoints], opts: FitOptions | None = None
+    points: list[LinkPoints],
+    opts: FitOptions | None = None,
+    libraries: dict[str, str] | None = None,
 ) -> tuple[list[LinkEntry], list[dict]]:
     """Link table from (key, bytes, seconds, robust weights, segments) of every fitted series.
 
+    `libraries` names, per backend, the library whose algorithm choice is known
+    (calibration.algorithms): its links are also fitted under that choice (`library`).
     Returns the entries and, for links that could not be fitted, {backend, link_class, timing,
     reason} rows (fewer than 3 points, or all from one size of one op)."""
     opts = opts or FitOptions()
@@ -311,8 +353,13 @@ def fit_link_table(
                 f"one group size ({ps[0]}) only: every model fits each op's terms alike; "
                 "measure two group sizes to tell how time grows with the group"
             )
+        library = (libraries or {}).get(backend)
+        if library and note:
+            note += f"; {library}'s algorithm choice scales the ops it prices"
         entries.append(
             LinkEntry(
+                library=library,
+                library_fit=_fit_model(library, items, keep, opts) if library else None,
                 backend=backend,
                 link_class=link,
                 timing=timing,
