@@ -73,3 +73,13 @@ def test_table_counts_cells_outside_the_band(peers, capsys):
     assert peers.print_table(tables, 0.9, 1.1) == 1
     out = capsys.readouterr().out
     assert "1.30" in out and "0.95" in out
+
+
+def test_medians_compare_each_tools_typical_job(peers):
+    # a bimodal machine draws each job's state; the pairing of draws within a round decides a
+    # median of ratios, not the tools: the ratio of medians compares their typical jobs
+    times = {"commbench": [1.0, 2.0, 3.0], "osu": [3.0, 1.0, 2.0]}
+    rounds = [{(who, "pingpong", 2, 8): ts[i] for who, ts in times.items()} for i in range(3)]
+    assert peers.ratio_table(rounds, "osu") == {("pingpong", 2, 8): 1.5}
+    assert peers.medians_table(rounds, "osu") == {("pingpong", 2, 8): 1.0}
+    assert peers.medians_table(rounds, "imb") == {}
