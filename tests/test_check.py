@@ -271,3 +271,21 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     job = run_single("check", *args)
     assert job.returncode == 2, job.output
     assert message in job.stderr and len(job.stderr.strip().splitlines()) == 1, job.stderr
+
+
+def test_the_report_judges_a_run_by_its_own_outlier_rule(tmp_path):
+    """check.json keeps the rule a run was judged by (`--outlier-ratio 0.01` on a loaded box):
+    the report's second judgement uses it, not the default that would flag what the run did not."""
+    import json
+    from types import SimpleNamespace
+
+    from commbench.check.summary import Summary
+    from commbench.report.check_inputs import _rule
+
+    loose = Rule(ratio=0.01)
+    doc = Summary([], [], Judgement(), rule=loose).to_json()
+    assert doc["outlier_rule"] == {"ratio": 0.01, "z": 3.5, "mad_floor": 0.05}
+    (tmp_path / "check.json").write_text(json.dumps(doc))
+    assert _rule(SimpleNamespace(path=tmp_path)) == loose
+    (tmp_path / "check.json").write_text(json.dumps({"verdict": "PASS"}))  # an older run
+    assert _rule(SimpleNamespace(path=tmp_path)) == Rule()

@@ -57,6 +57,7 @@ class Summary:
     results: list[Result]
     judgement: Judgement
     notes: list[str] = field(default_factory=list)
+    rule: Rule = DEFAULT_RULE  # the outlier rule it was judged by (check.json keeps it)
 
     @property
     def below(self) -> list[Result]:
@@ -108,6 +109,7 @@ class Summary:
             "host_scores_GBps": j.host_scores,
             "results": [r.to_json() for r in self.results],
             "notes": self.notes + j.notes,
+            "outlier_rule": dict(self.rule.__dict__),
         }
 
 
@@ -195,4 +197,4 @@ def summarize(
                 status=status,
             )
         )
-    return Summary(ranks, results, judgement)
+    return Summary(ranks, results, judgement, rule=rule)

@@ -7,12 +7,15 @@ from typing import TYPE_CHECKING
 from commbench.results.rundir import Run
 
 if TYPE_CHECKING:
+    from commbench.check.outliers import Rule
     from commbench.check.summary import Summary
 
 
 def checks(runs: list[Run]) -> tuple[list[tuple[str, Summary]], list[str]]:
     """(run id, check Summary) of every run with check records, judged again from its records
-    and meta.json (outliers only: the thresholds a run was judged by are in its check.json)."""
+    and meta.json by the outlier rule of its check.json (`--outlier-ratio`, `--outlier-z`;
+    the default rule when it has none); outliers only: the thresholds it was judged by are in
+    its check.json."""
     from commbench.check.summary import places, summarize
     from commbench.results.checkrecords import CheckRecord
 
@@ -26,5 +29,18 @@ def checks(runs: list[Run]) -> tuple[list[tuple[str, Summary]], list[str]]:
         if len(devices) != recs[0].world_size:
             notes.append(f"{run.path.name}: meta.json has no device map for every rank")
             devices = [{"device": "?"} for _ in range(recs[0].world_size)]
-        out.append((run.path.name, summarize(recs, places(recs, devices))))
+        out.append((run.path.name, summarize(recs, places(recs, devices), _rule(run))))
     return out, notes
+
+
+def _rule(run: Run) -> Rule:
+    """The outlier rule the run was judged by, from its check.json (older runs: the default)."""
+    import json
+
+    from commbench.check.outliers import Rule
+
+    try:
+        saved = json.loads((run.path / "check.json").read_text()).get("outlier_rule")
+    except (OSError, ValueError):
+        saved = None
+    return Rule(**saved) if isinstance(saved, dict) else Rule()
