@@ -126,7 +126,9 @@ def test_the_node_at_half_rate_is_named_and_no_other(tmp_path):
     assert o["ratio"] == pytest.approx(0.5, abs=0.1) and o["ranks"] == [2]
     m = doc["pair_matrix_GBps"]
     assert m[0][1] == pytest.approx(GOODPUT_GBPS, rel=0.15), out  # the good links at the rate
-    assert m[0][2] == pytest.approx(GOODPUT_GBPS / 2, rel=0.15), out
+    # the slow node's pairs at its half rate; 25%: with 4 ranks on 2 cores the pair sharing a
+    # round with another ran 17% under it once (0.0206 vs 0.0248 GB/s), full rate is 2x off
+    assert m[0][2] == pytest.approx(GOODPUT_GBPS / 2, rel=0.25), out
     assert "node   sendrecv pairs   inter" in out and "emu-node2" in out
     rep = build_report(ReportOptions(runs=[tmp_path / "slow"], out=tmp_path / "rep", fit=False))
     assert [f.name for f in rep.figures] == ["check-pairs-1"]
