@@ -136,11 +136,9 @@ class MPICommunicator(Communicator):
     # Buffer Allreduce, not the pickled `allreduce(op=MAX)`: that one holds the GIL while it
     # waits for peers, starving the watchdog and signal threads (a peer hung at a stop
     # agreement would hang us too, and a SIGTERM could not be recorded before the SIGKILL).
-    # The stop agreement that opens every point waits for rank 0 to write the last one: it
-    # waits gently (see settle).
     def max_int(self, value: int) -> int:
         buf = np.array([value], dtype=np.int64)
-        _wait_gently(self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.MAX))
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
         return int(buf[0])
 
     def max_float(self, value: float) -> float:
