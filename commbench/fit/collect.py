@@ -25,6 +25,7 @@ from commbench.calibration.series_key import (
     DEFAULT_BUFFERS,
     DEFAULT_PLACEMENT,
     DEFAULT_TIMING,
+    KEY_FIELDS,
     SeriesKey,
 )
 from commbench.dtypes import canonical_dtype_name
@@ -36,17 +37,7 @@ USED_KINDS = ("collective", "step", "point")
 # fields a `collective` record must carry for the fitter, beyond records.REQUIRED_FIELDS
 FIT_FIELDS = ("link_class", "wrong", "timing")
 # the record fields a series key is made of (with kind, which decides whether it is used)
-_RAW_KEY = (
-    "kind",
-    "op",
-    "backend",
-    "link_class",
-    "group_size",
-    "dtype",
-    "timing",
-    "placement",
-    "buffers",
-)
+_RAW_KEY = ("kind", *KEY_FIELDS)
 
 
 @dataclass
