@@ -35,6 +35,7 @@ BARE = (
 STAGES = (
     ("python", "process start"),
     ("main", "commbench main()"),
+    ("parsed", "command module imported, arguments parsed"),
     ("open_world", "imports done, MPI init starts"),
     ("world", "first collective done (MPI up)"),
     ("first_point", "first measured point starts"),

@@ -97,6 +97,10 @@ def build_parser(only: str | None = None) -> tuple[Parser, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     diag.mark("main")
+    # numpy's OpenBLAS starts a thread per core when imported (~30 ms of CPU a rank, measured
+    # by bench/startup.py); commbench does no BLAS work that threads would speed up, and 16
+    # ranks on a small node pay it 16 times. A user's own setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     finally:
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     parser, modules = build_parser(command_of(argv))
     args = parser.parse_args(argv)
+    diag.mark("parsed")  # the command's module imported: what follows is its own preparation
     if not args.command:
         if _is_root():
             parser.print_help()

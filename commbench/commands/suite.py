@@ -306,7 +306,6 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     """Run every point under one Session; rank 0 prints and writes."""
     import dataclasses
 
-    from commbench.measure.point_records import point_facts, point_record, point_totals, step_record
     from commbench.measure.session import Session
     from commbench.sizes import format_size
     from commbench.tables import Table
@@ -315,6 +314,13 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     first_timing = timings[id(points[0].run)]
     with Session(launch, opts, first_timing) as s:
         assert s.world is not None and s.runner is not None  # opened by the session
+        if s.is_root:  # the records (and their schema module) are rank 0's alone: ~20 ms a rank
+            from commbench.measure.point_records import (
+                point_facts,
+                point_record,
+                point_totals,
+                step_record,
+            )
         layouts = [dataclasses.replace(pt.layout, nodes=s.nodes) for pt in points]
         plans = [
             plan(pt.program, lay, opts.backend, max_bytes_for(pt, cli_max))
