@@ -177,6 +177,8 @@ def one_round(
             jobs = [("commbench", lambda op=op, n=n: run_commbench(op, n, hi, args))]
             if osu is not None:
                 jobs.append(("osu", lambda op=op, n=n: run_osu(osu, op, n, hi)))
+                if args.control:  # OSU a second time: the A/A control
+                    jobs.append(("osu-again", lambda op=op, n=n: run_osu(osu, op, n, hi)))
             if imb is not None:
                 jobs.append(("imb", lambda op=op, n=n: run_imb(imb, op, n, hi)))
             k = turn % len(jobs)
@@ -199,20 +201,24 @@ def run_imb(imb: Path, op: str, n: int, hi: int) -> dict[int, float]:
 
 
 # ---- the table -------------------------------------------------------------------------------
-def ratio_table(rounds: list[dict[Key, float]], peer: str) -> dict[tuple[str, int, int], float]:
-    """(op, ranks, size) -> median over rounds of commbench / `peer`, each ratio taken within
+def ratio_table(
+    rounds: list[dict[Key, float]], peer: str, tool: str = "commbench"
+) -> dict[tuple[str, int, int], float]:
+    """(op, ranks, size) -> median over rounds of `tool` / `peer`, each ratio taken within
     one round (the load of a shared machine drifts between rounds)."""
     ratios: dict[tuple[str, int, int], list[float]] = {}
     for got in rounds:
         for (who, op, n, size), t in got.items():
-            if who != peer or t <= 0 or ("commbench", op, n, size) not in got:
+            if who != peer or t <= 0 or (tool, op, n, size) not in got:
                 continue
-            ratios.setdefault((op, n, size), []).append(got["commbench", op, n, size] / t)
+            ratios.setdefault((op, n, size), []).append(got[tool, op, n, size] / t)
     return {k: statistics.median(v) for k, v in sorted(ratios.items())}
 
 
-def medians_table(rounds: list[dict[Key, float]], peer: str) -> dict[tuple[str, int, int], float]:
-    """(op, ranks, size) -> commbench's median over rounds / `peer`'s median over rounds. On a
+def medians_table(
+    rounds: list[dict[Key, float]], peer: str, tool: str = "commbench"
+) -> dict[tuple[str, int, int], float]:
+    """(op, ranks, size) -> `tool`'s median over rounds / `peer`'s median over rounds. On a
     VM whose small-message latency is bimodal by job (here a 2-rank job runs its whole sweep
     at ~0.2 us or at ~0.5 us, whichever tool it is), a round's ratio compares two draws of that
     state, so a few rounds' median of ratios is a coin toss; the ratio of medians compares each
@@ -223,7 +229,7 @@ def medians_table(rounds: list[dict[Key, float]], peer: str) -> dict[tuple[str, 
             times.setdefault((who, (op, n, size)), []).append(t)
     out = {}
     for (who, key), ts in sorted(times.items()):
-        mine = times.get(("commbench", key))
+        mine = times.get((tool, key))
         if who == peer and mine and statistics.median(ts) > 0:
             out[key] = statistics.median(mine) / statistics.median(ts)
     return out
@@ -263,6 +269,12 @@ def main() -> int:
     ap.add_argument(
         "--iters", choices=("osu", "adapt"), default="osu", help="commbench's iteration counts"
     )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="run OSU twice a round and print OSU / OSU beside commbench / OSU: the A/A test "
+        "of how many cells this machine's run-to-run noise alone puts outside the band",
+    )
     ap.add_argument("--json", default=None, help="write the headline rows here")
     ap.add_argument("--raw", default=None, help="write every round's times here (JSON)")
     args = ap.parse_args()
@@ -287,18 +299,23 @@ def main() -> int:
     used = [p for p, where in peers.items() if where is not None]
     tables = {f"{p}/x": ratio_table(rounds, p) for p in used}
     tables |= {f"{p}/med": medians_table(rounds, p) for p in used}
+    if args.control and osu is not None:  # same statistic, OSU's second job over its first
+        tables["aa/x"] = ratio_table(rounds, "osu", tool="osu-again")
+        tables["aa/med"] = medians_table(rounds, "osu", tool="osu-again")
     print(f"# commbench time / peer time ({args.stat}) over {len(rounds)} interleaved rounds: "
           "x = median of the ratios within a round, med = ratio of the medians over rounds; "
-          f"buffers {args.buffers}")  # fmt: skip
+          f"buffers {args.buffers}" + ("; aa = OSU's second job / its first (the A/A control)"
+                                       if args.control else ""))  # fmt: skip
     print_table(tables, 0.9, 1.1)
     rows = []
     for name, t in tables.items():
         out = sum(not 0.9 <= r <= 1.1 for r in t.values())
         print(f"# {name}: {out} of {len(t)} cells outside 0.9-1.1x")
+        label = name if name.startswith("aa/") else f"commbench/{name}"
         if t:
-            rows.append(Row("peers", f"commbench/{name} median", statistics.median(t.values()),
+            rows.append(Row("peers", f"{label} median", statistics.median(t.values()),
                             "x", "0.9-1.1"))  # fmt: skip
-            rows.append(Row("peers", f"commbench/{name} cells outside 0.9-1.1x", out, "", "0"))
+            rows.append(Row("peers", f"{label} cells outside 0.9-1.1x", out, "", "0"))
     write_rows(args.json, rows)
     if args.raw:  # every round's times, for other statistics later
         Path(args.raw).write_text(json.dumps([[[*k, t] for k, t in r.items()] for r in rounds]))

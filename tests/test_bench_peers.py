@@ -83,3 +83,17 @@ def test_medians_compare_each_tools_typical_job(peers):
     assert peers.ratio_table(rounds, "osu") == {("pingpong", 2, 8): 1.5}
     assert peers.medians_table(rounds, "osu") == {("pingpong", 2, 8): 1.0}
     assert peers.medians_table(rounds, "imb") == {}
+
+
+def test_control_compares_osus_second_job_with_its_first(peers):
+    # the A/A control: the same statistic between two jobs of one tool, whatever commbench did
+    rounds = [
+        {("osu", "alltoall", 2, 8): 1.0, ("osu-again", "alltoall", 2, 8): 1.2,
+         ("commbench", "alltoall", 2, 8): 5.0},
+        {("osu", "alltoall", 2, 8): 2.0, ("osu-again", "alltoall", 2, 8): 2.0,
+         ("commbench", "alltoall", 2, 8): 5.0},
+    ]  # fmt: skip
+    assert peers.ratio_table(rounds, "osu", tool="osu-again") == {("alltoall", 2, 8): 1.1}
+    assert peers.medians_table(rounds, "osu", tool="osu-again") == {
+        ("alltoall", 2, 8): pytest.approx(1.6 / 1.5)
+    }
