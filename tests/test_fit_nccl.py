@@ -2,11 +2,14 @@
 against NCCL's tuning formulas written out by hand (src/graph/tuning.cc: ring latency
 (nsteps - nInterSteps) x intra + nInterSteps x inter, nInterSteps = 2 (nNodes - 1) for an
 all-reduce; tree 2 ((ppn - 1) x intra + log2i(nNodes) x inter), S up and down at 0.92 of the
-ring's bus bandwidth)."""
+ring's bus bandwidth), and the stored real nccl-tests pair (bench/transfer_nccl_log.py): one
+cluster's 4-node log fitted, its 8-node log predicted."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 
 import pytest
 
@@ -18,6 +21,8 @@ from commbench.calibration.algorithms import (
     nccl_steps,
     nccl_time,
 )
+
+from conftest import REPO
 
 
 @pytest.mark.parametrize(("p", "nodes"), [(16, 2), (32, 4), (64, 8), (24, 3), (8, 1)])
@@ -70,3 +75,36 @@ def test_one_link_coefficients_are_the_ring_and_nccl_runs_get_the_model():
     assert library_coefficients(NCCL, "alltoall", 4, 1 << 20) == (3.0, 0.75)  # fixed ring
     assert library_of("nccl", {}) == NCCL
     assert library_of("gloo", {}) is None
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location(
+        "transfer_nccl_log", REPO / "bench" / "transfer_nccl_log.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["transfer_nccl_log"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_stored_log_pair_imports_fits_and_predicts(tmp_path):
+    """The bench's pipeline on the stored 4-node and 8-node logs: every >= 64 KiB point of the
+    8-node log predicted, finite, each saying it extrapolated to 8 nodes from the 4 measured,
+    by NCCL's model; the median it prints is the median of those rows' errors."""
+    bench = load_bench()
+    small = bench.import_log("4x8", tmp_path)
+    large = bench.import_log("8x8", tmp_path)
+    cal = tmp_path / "cal.json"
+    bench.commbench("fit", str(small), "-o", str(cal))
+    rows = bench.validate(cal, large)
+    assert len(rows) == 28  # 14 sizes x 2 placements, 1 MiB .. 8 GiB
+    for r in rows:
+        assert r["nodes"] == 8 and r["group_size"] == 64, r
+        assert r["reach"]["nodes_measured"] == [4] and r["reach"]["group_size_from"] == 32, r
+        assert "NCCL's ring/tree model" in r["method"], r
+        assert math.isfinite(r["abs_error"]), r
+    scored = bench.score(rows)["allreduce"]
+    errs = sorted(r["abs_error"] for r in rows)
+    assert scored["median"] == pytest.approx((errs[13] + errs[14]) / 2)
+    assert scored["max"] == errs[-1]
