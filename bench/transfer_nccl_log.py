@@ -2,11 +2,13 @@
 
     python bench/transfer_nccl_log.py                  # every stored pair, smaller -> larger
     python bench/transfer_nccl_log.py --pair 4x8:8x8   # one pair
+    python bench/transfer_nccl_log.py --pair 2x8+4x8:8x8   # fit two node counts together
 
 The logs (bench/data/nccl-tests/, source in their first line and the README there) are
 all_reduce_perf runs of one cluster of 8 nodes x 8 H100 with 400 Gb/s IB at 2, 4 and 8 nodes,
 default settings, 1 MiB..8 GiB. For each pair: `commbench import nccl-tests` both logs
-(`--ranks-per-node` 8: the node shape), `commbench fit` the smaller one, `commbench validate
+(`--ranks-per-node` 8: the node shape), `commbench fit` the smaller one (or several together:
+predict scales the nearest group size, with that node count's own bandwidth), `commbench validate
 --extrapolate --json` the larger one from it; then the same with the calibration's library
 model removed (the link's fixed ring model alone). Scored per op over sizes >= 64 KiB (both
 placements): the median and max |predicted / measured - 1|, the method and reach of each
@@ -26,7 +28,7 @@ from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "bench" / "data" / "nccl-tests"
-PAIRS = ("4x8:8x8", "2x8:4x8", "2x8:8x8")
+PAIRS = ("4x8:8x8", "2x8:4x8", "2x8:8x8", "2x8+4x8:8x8")
 GOAL = 0.10
 LARGE = 64 << 10
 
@@ -81,9 +83,9 @@ def score(rows: list[dict]) -> dict[str, dict]:
 def transfer(pair: str, work: Path) -> tuple[dict, dict]:
     """(score with the library model, score without it) for `small:large`."""
     small, large = pair.split(":")
-    fit_run, target = import_log(small, work), import_log(large, work)
+    fit_runs, target = [import_log(x, work) for x in small.split("+")], import_log(large, work)
     calibration = work / f"calibration-{small}.json"
-    commbench("fit", str(fit_run), "-o", str(calibration))
+    commbench("fit", *map(str, fit_runs), "-o", str(calibration))
     return score(validate(calibration, target)), score(
         validate(without_library(calibration), target)
     )

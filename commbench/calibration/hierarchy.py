@@ -54,29 +54,27 @@ def hierarchical_ratio(
 
 
 def nccl_ratio(
-    inter: LinkModel,
     intra: LinkModel | None,
     op: str,
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
+    measured: tuple[float, float],
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
-    faster of ring and tree (calibration.algorithms), and the algorithm of each; None when the
-    link has no terms for op or NCCL no model of it. The inter link's line (fitted as NCCL's
-    one-link ring) gives the time at the measured shape and beta; the inter-node step is what
-    makes the envelope take that time there, the intra-node step the intra link's (else
-    NCCL's default NVLink / network ratio)."""
+    faster of ring and tree (calibration.algorithms), and the algorithm of each; None where
+    NCCL has no model of op. `measured` is the series' (seconds, beta per byte of S) at S: its
+    bandwidth is that node count's (NCCL's own differs by node count), its time what the
+    envelope must take at shape_from, which sets the inter-node step; intra-node steps at the
+    intra link's alpha for op (else NCCL's default NVLink / network ratio)."""
     (q, nq), (p, n) = shape_from, shape_to
-    mine = inter.terms_at(op, nbytes)
-    if mine is None or nccl_steps(op, "ring", q, nq) is None or n < 1 or p < n:
+    if nccl_steps(op, "ring", q, nq) is None or n < 1 or p < n:
         return None
-    alpha, beta = mine
-    a_q, b_q = coefficients(NCCL, op, q, nbytes)
-    fitted = alpha * a_q + beta * b_q * nbytes
+    seconds, beta_s = measured
+    beta = beta_s / coefficients(NCCL, op, q, nbytes)[1]  # per byte of the ring's B(q) S
     other = intra.terms_at(op, nbytes) if intra is not None else None
     hop = other[0] if other is not None else None
-    step = nccl_inter_latency(op, shape_from, nbytes, fitted, hop, beta)
+    step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
     target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta)
     return (target / base, alg_q, alg_p) if base > 0 else None
@@ -89,16 +87,18 @@ def to_nodes(
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
+    measured: tuple[float, float],
 ) -> tuple[float, str, list[str]] | None:
-    """An inter series measured at shape_from = (q ranks, Nq nodes) scaled to shape_to: on a
-    link fitted under NCCL's model by nccl_ratio, else by hierarchical_ratio with the intra
-    link's terms under the same model; (ratio, method, notes), or None."""
+    """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its (seconds,
+    beta per byte) at S, scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
+    else by hierarchical_ratio with the intra link's terms under the same model; (ratio,
+    method, notes), or None."""
     (q, nq), (p, n) = shape_from, shape_to
     if intra is not None and intra.best_model != link.best_model:
         intra = intra.library  # both links priced under the same model
     notes = [link.note] if link.note else []
     if link.best_model == NCCL:
-        got = nccl_ratio(link, intra, op, shape_from, shape_to, nbytes)
+        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured)
         if got is not None:
             if nq <= 2 < n:
                 notes.append(

@@ -303,7 +303,9 @@ class Calibration:
         if nodes is None or len(counts) != 1 or link.link_class == "intra":
             return None
         intra = self._link(s.key.backend, "intra", s.key.timing)
-        return to_nodes(link, intra, op, (s.key.group_size, counts.pop()), (p, nodes), nbytes)
+        measured = (s.at(nbytes), segment_for(s.segments, nbytes).beta_s_per_byte)
+        shapes = (s.key.group_size, counts.pop()), (p, nodes)
+        return to_nodes(link, intra, op, *shapes, nbytes, measured)
 
     def _extrapolate(
         self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
