@@ -12,7 +12,7 @@ import pytest
 
 from commbench.results.rundir import read_run
 
-from conftest import REPO, job_env, mpirun_path, run_mpi
+from conftest import REPO, job_env, mpirun_path, needs_torch, run_mpi
 
 
 def rooted_job(n: int, op: str, mode: str) -> dict:
@@ -56,3 +56,20 @@ def test_records_say_which_acknowledgement_and_the_check_still_runs(tmp_path, na
             assert ("ack" in r) == (want is not None), r  # absent, not null, where none
             assert r.get("ack") == want and r["checked"] and r["wrong"] == 0, r
             assert r["loop"] == ("native" if native == "1" else "python"), r
+
+
+@pytest.mark.mpi
+@needs_torch
+def test_gloo_acknowledges_through_a_fused_group(tmp_path):
+    """torch.distributed has no MPI-style zero-byte send: the acknowledgement is a one-element
+    fused group (the same call NCCL gets on the device), checked data and records as on mpi."""
+    for op, ack in (("broadcast", "to-root"), ("reduce", "from-root")):
+        job = run_mpi(
+            2,
+            *("run", op, "--backend", "gloo", "--sizes", "8,64K", "--iters", "5"),
+            *("--warmup", "1", "--results", str(tmp_path), "--run-id", op),
+        )
+        assert job.returncode == 0, job.output
+        records = read_run(tmp_path / op).records
+        assert [r["ack"] for r in records] == [ack, ack], records
+        assert all(r["wrong"] == 0 and r["checked"] and r["backend"] == "gloo" for r in records)
