@@ -100,7 +100,7 @@ def test_stored_log_pair_imports_fits_and_predicts(tmp_path):
     rows = bench.validate(cal, large)
     assert len(rows) == 28  # 14 sizes x 2 placements, 1 MiB .. 8 GiB
     for r in rows:
-        assert r["nodes"] == 8 and r["group_size"] == 64, r
+        assert r["nodes"] == 8 and r["group_size"] == 64 and r["extrapolated"], r
         assert r["reach"]["nodes_measured"] == [4] and r["reach"]["group_size_from"] == 32, r
         assert "NCCL's ring/tree model" in r["method"], r
         assert math.isfinite(r["abs_error"]), r
