@@ -26,8 +26,13 @@ from commbench.ops import OPS
 from commbench.ops.spec import frac, lg
 
 OPENMPI = "openmpi-tuned"
+NCCL = "nccl-tuning"
 # the library models, beside the fixed ones: name -> the rules they transcribe
-LIBRARIES = {OPENMPI: "Open MPI 5.0 coll/tuned fixed decision rules (commutative ops)"}
+LIBRARIES = {
+    OPENMPI: "Open MPI 5.0 coll/tuned fixed decision rules (commutative ops)",
+    NCCL: "NCCL's tuning model (src/graph/tuning.cc): ring or tree, whichever is faster, with "
+    "intra- and inter-node steps apart",
+}
 FALLBACK = {"broadcast": "tree"}  # the fixed model of an op the rules do not cover, else ring
 
 # op -> rows (p below, ((bytes below, algorithm), ...)); None: no bound. The bytes compared
@@ -203,10 +208,15 @@ def algorithm_name(op: str, p: int, nbytes: float) -> str | None:
     return None if alg is None else NAMES[op][alg]
 
 
-def switched(op: str, q: int, p: int, nbytes: float, lo: float, hi: float) -> str | None:
+def switched(
+    op: str, q: int, p: int, nbytes: float, lo: float, hi: float, library: str = OPENMPI
+) -> str | None:
     """Why a series of q ranks cannot be scaled to p at S = nbytes by a ratio of this model: p
     runs another algorithm there, or the series' segment holding S (sizes lo..hi) spans an
-    algorithm switch of q's (its line mixes two algorithms); None when neither."""
+    algorithm switch of q's (its line mixes two algorithms); None when neither. NCCL's choice
+    depends on the nodes and the link's own terms: `nccl_ratio` makes it, never this."""
+    if library == NCCL:
+        return None
     at_q = {algorithm_name(op, q, x) for x in (lo, nbytes, hi)}
     at_p = algorithm_name(op, p, nbytes)
     if len(at_q) > 1:
@@ -221,6 +231,9 @@ def library_coefficients(library: str, op: str, p: int, nbytes: float) -> tuple[
     assert library in LIBRARIES, library
     if p <= 1:
         return 0.0, 0.0
+    if library == NCCL:  # on one link NCCL's tree never beats its ring (same steps, more bytes)
+        ring = nccl_steps(op, "ring", p, 1)
+        return OPS[op].cost(FALLBACK.get(op, "ring"), p) if ring is None else (ring[0], ring[2])
     alg = chosen(op, p, nbytes)
     if alg is None:
         return OPS[op].cost(FALLBACK.get(op, "ring"), p)
@@ -230,9 +243,88 @@ def library_coefficients(library: str, op: str, p: int, nbytes: float) -> tuple[
 
 
 def library_of(backend: str, libraries: dict | None) -> str | None:
-    """The library model for a run's backend from its meta.json `libraries`: Open MPI's rules
-    for the mpi backend when the MPI library says Open MPI; None otherwise (no rules known)."""
+    """The library model for a run's backend from its meta.json `libraries`: NCCL's for nccl
+    runs (measured or imported nccl-tests logs), Open MPI's rules for the mpi backend when the
+    MPI library says Open MPI; None otherwise (no rules known)."""
+    if backend == "nccl":
+        return NCCL
     if backend != "mpi":
         return None
     mpi = str((libraries or {}).get("mpi") or "")
     return OPENMPI if mpi.startswith("Open MPI") else None
+
+
+# ---- NCCL (src/graph/tuning.cc): time = latency + S / bandwidth per (algorithm, protocol), the
+# fastest taken. Latency counts steps inside a node and between nodes apart: a ring all-reduce
+# makes 2(p-1) steps of which 2(N-1) cross nodes; the tree 2((ppn-1) intra + log2(N) inter).
+# The tree moves S up and S down at 0.92 of the ring's bus bandwidth (busBw * .92, ratio .5).
+# Protocols (LL, LL128, Simple) are the series' own size regimes here, not modelled apart.
+NCCL_ALGORITHMS = ("ring", "tree")
+TREE_BW = 0.92
+# NCCL's default per-step latency of an NVLink hop over a network hop, Simple protocol
+# (tuning.cc hwLatencies: ring 3.4 / 14 us, tree 4.0 / 14 us): what an intra-node step costs
+# against an inter-node one where the calibration measured no intra link
+NVLINK_PER_NET = {"ring": 3.4 / 14.0, "tree": 4.0 / 14.0}
+NCCL_RING = {  # op -> (steps(p), byte factor(p)) of NCCL's ring; inter steps follow from nodes
+    "allreduce": (lambda p: 2 * (p - 1), lambda p: 2 * frac(p)),
+    "allgather": (lambda p: p - 1, frac),
+    "reduce_scatter": (lambda p: p - 1, frac),
+    "broadcast": (lambda p: p - 1, lambda p: 1.0),  # a chain, pipelined
+    "reduce": (lambda p: p - 1, lambda p: 1.0),
+}
+
+
+def nccl_steps(op: str, alg: str, p: int, nodes: int) -> tuple[float, float, float] | None:
+    """(intra-node steps, inter-node steps, byte factor B) of NCCL's `alg` for op on p ranks
+    over `nodes` nodes (p / nodes per node); None where NCCL has no such algorithm."""
+    assert alg in NCCL_ALGORITHMS and 1 <= nodes <= max(p, 1), (alg, p, nodes)
+    if p <= 1:
+        return 0.0, 0.0, 0.0
+    if alg == "tree":
+        if op != "allreduce":
+            return None
+        inter = 2.0 * math.floor(math.log2(nodes))  # NCCL's log2i
+        return 2.0 * (p // nodes - 1), inter, 2.0 / TREE_BW
+    if op not in NCCL_RING:
+        return None
+    steps, factor = NCCL_RING[op]
+    inter = 0.0 if nodes == 1 else float(2 * (nodes - 1) if op == "allreduce" else nodes - 1)
+    return steps(p) - inter, inter, factor(p)
+
+
+def nccl_time(
+    op: str, p: int, nodes: int, nbytes: float, inter: float, intra: float | None, beta: float
+) -> tuple[float, str]:
+    """(seconds, algorithm) of the faster of NCCL's ring and tree with an inter-node step of
+    `inter` s, an intra-node one of `intra` (None: NVLINK_PER_NET x inter) and beta s/byte."""
+    best: tuple[float, str] | None = None
+    for alg in NCCL_ALGORITHMS:
+        steps = nccl_steps(op, alg, p, nodes)
+        if steps is None:
+            continue
+        n_intra, n_inter, b = steps
+        hop = NVLINK_PER_NET[alg] * inter if intra is None else intra
+        t = hop * n_intra + inter * n_inter + beta * b * nbytes
+        best = (t, alg) if best is None or t < best[0] else best
+    assert best is not None, f"NCCL has no algorithm model for {op}"
+    return best
+
+
+def nccl_inter_latency(
+    op: str, shape: tuple[int, int], nbytes: float, seconds: float, intra: float | None, beta: float
+) -> float:
+    """The inter-node step latency under which NCCL's faster algorithm takes `seconds` at
+    `shape` (ranks, nodes): each algorithm's own solution, the largest (the envelope rises with
+    it, so it crosses `seconds` where the last algorithm does), at least 0."""
+    p, nodes = shape
+    out = 0.0
+    for alg in NCCL_ALGORITHMS:
+        steps = nccl_steps(op, alg, p, nodes)
+        if steps is None:
+            continue
+        n_intra, n_inter, b = steps
+        rest = seconds - beta * b * nbytes - (0.0 if intra is None else intra * n_intra)
+        per = n_inter + (NVLINK_PER_NET[alg] * n_intra if intra is None else 0.0)
+        if per > 0:
+            out = max(out, rest / per)
+    return out

@@ -15,6 +15,7 @@ makes the two agree there: (alpha_fit A(q) - alpha_intra (A(q) - A(Nq))) / A(Nq)
 
 from __future__ import annotations
 
+from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
 from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel
 
@@ -50,3 +51,73 @@ def hierarchical_ratio(
     base = a_intra * intra_q + a_inter * inter_q + beta * b_q * nbytes
     target = a_intra * intra_p + a_inter * inter_p + beta * b_p * nbytes
     return target / base if base > 0 else None
+
+
+def nccl_ratio(
+    intra: LinkModel | None,
+    op: str,
+    shape_from: tuple[int, int],
+    shape_to: tuple[int, int],
+    nbytes: float,
+    measured: tuple[float, float],
+) -> tuple[float, str, str] | None:
+    """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
+    faster of ring and tree (calibration.algorithms), and the algorithm of each; None where
+    NCCL has no model of op. `measured` is the series' (seconds, beta per byte of S) at S: its
+    bandwidth is that node count's (NCCL's own differs by node count), its time what the
+    envelope must take at shape_from, which sets the inter-node step; intra-node steps at the
+    intra link's alpha for op (else NCCL's default NVLink / network ratio)."""
+    (q, nq), (p, n) = shape_from, shape_to
+    if nccl_steps(op, "ring", q, nq) is None or n < 1 or p < n:
+        return None
+    seconds, beta_s = measured
+    beta = beta_s / coefficients(NCCL, op, q, nbytes)[1]  # per byte of the ring's B(q) S
+    other = intra.terms_at(op, nbytes) if intra is not None else None
+    hop = other[0] if other is not None else None
+    step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
+    base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta)
+    return (target / base, alg_q, alg_p) if base > 0 else None
+
+
+def to_nodes(
+    link: LinkModel,
+    intra: LinkModel | None,
+    op: str,
+    shape_from: tuple[int, int],
+    shape_to: tuple[int, int],
+    nbytes: float,
+    measured: tuple[float, float],
+) -> tuple[float, str, list[str]] | None:
+    """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its (seconds,
+    beta per byte) at S, scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
+    else by hierarchical_ratio with the intra link's terms under the same model; (ratio,
+    method, notes), or None."""
+    (q, nq), (p, n) = shape_from, shape_to
+    if intra is not None and intra.best_model != link.best_model:
+        intra = intra.library  # both links priced under the same model
+    notes = [link.note] if link.note else []
+    if link.best_model == NCCL:
+        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured)
+        if got is not None:
+            if nq <= 2 < n:
+                notes.append(
+                    f"NCCL prices up to 2 nodes with the intra-node graph's bandwidth "
+                    f"(tuning.cc): the bus bandwidth measured on {nq} nodes need not hold on {n}"
+                )
+            hops = "the intra link's" if intra is not None else "NCCL's NVLink/network"
+            method = (
+                f"scaled from group size {q} on {nq} nodes ({got[1]}) to {p} on {n} "
+                f"({got[2]}) by NCCL's ring/tree model, intra-node steps at {hops} latency"
+            )
+            return got[0], method, notes
+    if intra is None:
+        return None
+    ratio = hierarchical_ratio(link, intra, op, shape_from, shape_to, nbytes)
+    if ratio is None:
+        return None
+    method = (
+        f"scaled from group size {q} to {n} nodes by the {link.best_model} model, intra- and "
+        "inter-node steps apart"
+    )
+    return ratio, method, notes

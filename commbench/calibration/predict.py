@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from commbench.calibration.algorithms import LIBRARIES, switched
 from commbench.calibration.costmodels import MODELLED_OPS
-from commbench.calibration.hierarchy import hierarchical_ratio
+from commbench.calibration.hierarchy import to_nodes
 from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model, segment_for
 from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
@@ -295,18 +295,17 @@ class Calibration:
         )
         return links[0] if links else None
 
-    def _hierarchical(self, link, s, op, p, nodes, nbytes) -> float | None:
-        """calibration.hierarchy's ratio for an inter series of one node count scaled to a
-        group of `nodes` nodes, when the intra link has terms for the op; else None."""
+    def _to_nodes(self, link, s, op, p, nodes, nbytes) -> tuple[float, str, list[str]] | None:
+        """calibration.hierarchy's scaling of an inter series of one node count to a group of
+        `nodes` nodes (NCCL's ring/tree model on its links, else the link's model with the
+        intra link's terms): (ratio, method, notes), or None."""
         counts = {n for n, _ in s.shapes}
-        intra = self._link(s.key.backend, "intra", s.key.timing)
-        if intra is not None and intra.best_model != link.best_model:
-            intra = intra.library  # both links priced under the same model
-        if nodes is None or len(counts) != 1 or link.link_class == "intra" or intra is None:
+        if nodes is None or len(counts) != 1 or link.link_class == "intra":
             return None
-        return hierarchical_ratio(
-            link, intra, op, (s.key.group_size, counts.pop()), (p, nodes), nbytes
-        )
+        intra = self._link(s.key.backend, "intra", s.key.timing)
+        measured = (s.at(nbytes), segment_for(s.segments, nbytes).beta_s_per_byte)
+        shapes = (s.key.group_size, counts.pop()), (p, nodes)
+        return to_nodes(link, intra, op, *shapes, nbytes, measured)
 
     def _extrapolate(
         self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
@@ -343,7 +342,7 @@ class Calibration:
                 target = link.time(op, p, nbytes)
                 seg = segment_for(s.segments, nbytes)
                 why = link.best_model in LIBRARIES and switched(
-                    op, q, p, nbytes, seg.bytes_min, seg.bytes_max
+                    op, q, p, nbytes, seg.bytes_min, seg.bytes_max, link.best_model
                 )
                 if why:  # q's time holds another algorithm's: the model prices p itself
                     return Prediction(
@@ -354,17 +353,17 @@ class Calibration:
                         model=link.best_model,
                         kind=kind,
                     )
-                ratio = self._hierarchical(link, s, op, p, nodes, nbytes)
-                if ratio is not None:
+                scaled = self._to_nodes(link, s, op, p, nodes, nbytes)
+                if scaled is not None:
+                    ratio, method, notes = scaled
                     return Prediction(
                         seconds=s.at(nbytes) * ratio,
-                        method=f"scaled from group size {q} to {nodes} nodes by the "
-                        f"{link.best_model} model, intra- and inter-node steps apart",
+                        method=method,
                         extrapolated=True,
                         series=s.key,
                         model=link.best_model,
                         kind=kind,
-                        notes=[link.note] if link.note else [],
+                        notes=notes,
                     )
                 if base > 0:
                     return Prediction(

@@ -192,7 +192,7 @@ class Runner:
 
     def _run_group(self, comm: Communicator, step: Step, agree: Communicator) -> tuple:
         """Check, warm up and time `step` on this rank's group:
-        (times_s, wrong, warmup, iters, loop, overlapped)."""
+        (times_s, wrong, warmup, iters, loop, overlapped, ack)."""
         bound = bind(comm, step, self.pool)
         wrong = 0
         if self.checks(step, comm.size):
@@ -210,7 +210,7 @@ class Runner:
         if bound.binding.compute is not None:
             overlapped = self._overlapped(comm, bound, times, iters)
         loop = comm.loop_kind(bound.fn, self.cfg.timing, timer)
-        return times, wrong, warmup, iters, loop, overlapped
+        return times, wrong, warmup, iters, loop, overlapped, bound.binding.ack
 
     def _overlapped(
         self, comm: Communicator, bound: Bound, pure: np.ndarray, iters: int
@@ -279,12 +279,13 @@ class Runner:
         per_group: dict[int, list[np.ndarray]] = {}
         overall: list[np.ndarray] = []
         rank_means: list[float] = []  # each rank's mean over iterations (OSU -f, IMB t_avg)
-        wrong, warmup, iters, loops, compute = 0, 0, 0, set(), 0.0
+        wrong, warmup, iters, loops, compute, acks = 0, 0, 0, set(), 0.0, set()
         slowest, slowest_us = -1, -1.0  # the world rank that saw the longest iteration
         for rank, (gi, res) in enumerate(gathered):
             if res is None:
                 continue
-            times, w, warmup_r, iters_r, loop, overlapped = res
+            times, w, warmup_r, iters_r, loop, overlapped, ack = res
+            acks.add(ack)
             if float(np.max(times)) > slowest_us:
                 slowest, slowest_us = rank, float(np.max(times))
             per_group.setdefault(gi, []).append(times)
@@ -341,4 +342,5 @@ class Runner:
             overall_us=None if with_compute is None else with_compute * 1e6,
             compute_us=None if with_compute is None else compute * 1e6,
             overlap_pct=None if with_compute is None else overlap_pct(with_compute, compute, t),
+            ack=acks.pop(),
         )

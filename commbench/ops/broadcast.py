@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.ops.checkdata import fill
-from commbench.ops.spec import POISON, ROOTED_COSTS, Binding, OpSpec, Views, one
+from commbench.ops.spec import POISON, ROOTED_COSTS, TO_ROOT, Binding, OpSpec, Views, one
 
 if TYPE_CHECKING:
     from commbench.measure.transport.base import Communicator
@@ -13,12 +13,16 @@ if TYPE_CHECKING:
 
 
 def bind(comm: Communicator, step: Step, views: Views) -> Binding:
-    """The root holds pattern 0, the others junk; all must end with pattern 0."""
+    """The root holds pattern 0, the others junk; all must end with pattern 0. Timed until
+    the root has every receiver's acknowledgement (spec.TO_ROOT)."""
     r, n, dt = comm.rank, step.count, step.dtype
     buf = views.recv(step.nbytes)
     first = fill(0, n, dt) if r == 0 else fill(POISON + r, n, dt)
     return Binding(
-        fn=comm.broadcast(buf, 0), inputs=[(buf, first)], expected=[(buf, fill(0, n, dt))]
+        fn=comm.acknowledged(comm.broadcast(buf, 0), 0, TO_ROOT),
+        inputs=[(buf, first)],
+        expected=[(buf, fill(0, n, dt))],
+        ack=TO_ROOT,
     )
 
 

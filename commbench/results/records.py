@@ -162,6 +162,7 @@ class Measurement(JsonRecord):
         "overall_us",
         "compute_us",
         "overlap_pct",
+        "ack",
     )
 
     op: str
@@ -203,6 +204,10 @@ class Measurement(JsonRecord):
     overall_us: float | None = None  # median time of start + compute + wait
     compute_us: float | None = None  # the compute stand-in's length
     overlap_pct: float | None = None  # share of the op's time hidden behind the compute
+    # rooted ops: the zero-byte acknowledgement the timed call ended with (`to-root`: the
+    # broadcast root waits for every receiver; `from-root`: reduce's senders wait for the root),
+    # so the time is the op's completion at its last rank; None where none (runs before it)
+    ack: str | None = None
 
 
 @dataclass(kw_only=True)

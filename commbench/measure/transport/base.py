@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from commbench.ops.spec import ACKS, TO_ROOT
+
 Fn = Callable[[], None]
 
 PER_ITERATION = "per-iteration"
@@ -186,6 +188,25 @@ class Communicator(ABC):
     def iallreduce(self, send: Any, recv: Any, compute: np.ndarray) -> Fn:
         """Start an allreduce, spin `compute[0]` seconds (read at each call), wait for it."""
         return self._missing("iallreduce")
+
+    def acknowledged(self, fn: Fn, root: int, ack: str) -> Fn:
+        """`fn` followed by a zero-byte acknowledgement between `root` and every other rank,
+        `ack` (ACKS) saying which way: the clock of the rank acknowledged stops only once the
+        last rank it waits for has completed. Here a one-element fused group (device memory
+        on NCCL, so the root's end event waits for the receivers' kernels)."""
+        assert ack in ACKS, ack
+        if self.size == 1:
+            return fn
+        token = self.view(self.alloc(4), 4, "float32")
+        waits = (ack == TO_ROOT) == (self.rank == root)
+        peers = [q for q in range(self.size) if q != root] if self.rank == root else [root]
+        signal = self.p2p([("recv" if waits else "send", token, q) for q in peers])
+
+        def acked() -> None:
+            fn()
+            signal()
+
+        return acked
 
     @abstractmethod
     def p2p(self, ops: Sequence[tuple[str, Any, int]]) -> Fn:

@@ -37,6 +37,7 @@ from commbench.measure.transport.base import (  # noqa: E402
     touch_lines,
 )
 from commbench.ops.checkdata import storage_dtype  # noqa: E402
+from commbench.ops.spec import ACKS, TO_ROOT  # noqa: E402
 
 HUGE_PAGE = 2 << 20
 
@@ -244,6 +245,28 @@ class MPICommunicator(Communicator):
                 out(s, peer, 1)
 
         return self._bound(fn, "pingpong", send, recv, send.size, dest=peer, initiator=initiator)
+
+    def acknowledged(self, fn: Fn, root: int, ack: str) -> Fn:
+        """Zero-byte messages, in the C loop too (native_loop.c's cb_ack)."""
+        assert ack in ACKS and isinstance(fn, native.BoundOp), ack
+        if self.size == 1:
+            return fn
+        c, op, none = self.comm, fn.call, [np.empty(0, np.uint8), MPI.BYTE]
+        waits = (ack == TO_ROOT) == (self.rank == root)
+        if self.rank == root:
+            others = [q for q in range(self.size) if q != root]
+
+            def call() -> None:
+                op()
+                for q in others:
+                    c.Recv(none, MPI.ANY_SOURCE, 4) if waits else c.Send(none, q, 4)
+        else:
+
+            def call() -> None:
+                op()
+                c.Recv(none, root, 4) if waits else c.Send(none, root, 4)
+
+        return native.acknowledged(fn, call, ack)
 
     def barrier_op(self, buf: np.ndarray) -> Fn:
         return self._bound(self.comm.Barrier, "barrier", None, buf, 0)

@@ -30,9 +30,10 @@ import numpy as np
 from mpi4py import MPI
 
 from commbench.measure.transport.base import Fn
+from commbench.ops.spec import FROM_ROOT, TO_ROOT
 
 SOURCE = Path(__file__).with_name("native_loop.c")
-ABI = 3  # CB_ABI in native_loop.c
+ABI = 4  # CB_ABI in native_loop.c
 ENV_SWITCH = "COMMBENCH_NATIVE"
 ENV_MPICC = "COMMBENCH_MPICC"
 ENV_CACHE = "COMMBENCH_CACHE_DIR"
@@ -82,6 +83,7 @@ class OpDesc(ctypes.Structure):
         ("rdispls", _int_p),
         ("window", ctypes.c_int),
         ("compute_s", ctypes.POINTER(ctypes.c_double)),
+        ("ack", ctypes.c_int),
     ]
 
 
@@ -158,6 +160,19 @@ class BoundOp:
             self._loop.call(self.native)
         else:
             self.call()
+
+
+ACK_KINDS = {TO_ROOT: 1, FROM_ROOT: 2}  # CB_ACK_* in native_loop.c
+
+
+def acknowledged(op: BoundOp, call: Fn, ack: str) -> BoundOp:
+    """`op` with the zero-byte acknowledgement `ack` after it: `call` through mpi4py, and a
+    copy of its descriptor that the C loop runs the same way."""
+    if op.native is None:
+        return BoundOp(call, None, None)
+    desc = OpDesc.from_buffer_copy(op.native)
+    desc.ack = ACK_KINDS[ack]
+    return BoundOp(call, desc, op._loop, keep=op._keep)
 
 
 def describe(

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <time.h>
 
-#define CB_ABI 3
+#define CB_ABI 4
 
 enum {
     CB_ALLREDUCE = 1,
@@ -48,7 +48,10 @@ typedef struct {
     const int *scounts, *sdispls, *rcounts, *rdispls; /* alltoallv; allgatherv: rcounts, rdispls */
     int window;       /* bw, bibw: messages in flight per direction (osu_bw's window) */
     const double *compute_s; /* iallreduce: seconds of busy compute between start and wait */
+    int ack; /* rooted ops: CB_ACK_* (transport/base.py's ACKS), the acknowledgement after */
 } cb_op;
+
+enum { CB_ACK_NONE = 0, CB_ACK_TO_ROOT = 1, CB_ACK_FROM_ROOT = 2 };
 
 static MPI_Request cb_requests[2 * CB_MAX_WINDOW + 1];
 
@@ -148,13 +151,36 @@ static inline int cb_run(const cb_op *op, MPI_Comm comm, MPI_Datatype dt) {
     }
 }
 
+/* The zero-byte acknowledgement after a rooted op (transport/base.py's `acknowledged`): to the
+ * root from every other rank (broadcast), or from the root to every other rank (reduce). */
+static int cb_ack(const cb_op *op, MPI_Comm comm) {
+    int rank, size, rc = 0;
+    if (op->ack == CB_ACK_NONE) return 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int waits = (op->ack == CB_ACK_TO_ROOT) == (rank == op->root);
+    if (rank != op->root)
+        return waits ? MPI_Recv(NULL, 0, MPI_BYTE, op->root, 4, comm, MPI_STATUS_IGNORE)
+                     : MPI_Send(NULL, 0, MPI_BYTE, op->root, 4, comm);
+    for (int q = 0; q < size && !rc; q++)
+        if (q != rank)
+            rc = waits ? MPI_Recv(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 4, comm, MPI_STATUS_IGNORE)
+                       : MPI_Send(NULL, 0, MPI_BYTE, q, 4, comm);
+    return rc;
+}
+
+static inline int cb_run_acked(const cb_op *op, MPI_Comm comm, MPI_Datatype dt) {
+    int rc = cb_run(op, comm, dt);
+    return rc ? rc : cb_ack(op, comm);
+}
+
 /* Off-cache (IMB -off_cache in spirit): read and write one byte per 64-byte line of a scratch
  * larger than the caches, evicting the op's buffers before an iteration. */
 static void cb_flush(volatile unsigned char *scratch, size_t n) {
     for (size_t j = 0; j < n; j += 64) scratch[j]++;
 }
 
-/* Seconds per call into out[0..iters): per iteration [flush,] barrier, clock, op, clock;
+/* Seconds per call into out[0..iters): per iteration [flush,] barrier, clock, op[, ack], clock;
  * pipelined: one barrier, iters calls back to back, the mean in every slot. Returns an MPI
  * error code (0 on success, -1 for an unknown kind). */
 int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out, unsigned char *flush,
@@ -166,7 +192,7 @@ int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out, unsigne
         if ((rc = MPI_Barrier(comm))) return rc;
         double t0 = cb_now();
         for (int i = 0; i < iters; i++)
-            if ((rc = cb_run(op, comm, dt))) return rc;
+            if ((rc = cb_run_acked(op, comm, dt))) return rc;
         double each = (cb_now() - t0) / iters;
         for (int i = 0; i < iters; i++) out[i] = each;
         return 0;
@@ -175,7 +201,7 @@ int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out, unsigne
         if (flush) cb_flush(flush, flush_bytes);
         if ((rc = MPI_Barrier(comm))) return rc;
         double t0 = cb_now();
-        rc = cb_run(op, comm, dt);
+        rc = cb_run_acked(op, comm, dt);
         double t1 = cb_now();
         if (rc) return rc;
         out[i] = t1 - t0;
@@ -185,5 +211,5 @@ int cb_time_loop(const cb_op *op, int iters, int pipelined, double *out, unsigne
 
 /* One call, for the runner's checked call and other untimed uses. */
 int cb_call(const cb_op *op) {
-    return cb_run(op, *(const MPI_Comm *)op->comm, *(const MPI_Datatype *)op->dtype);
+    return cb_run_acked(op, *(const MPI_Comm *)op->comm, *(const MPI_Datatype *)op->dtype);
 }

@@ -1,0 +1,110 @@
+"""NCCL's ring/tree choice as a library model (calibration/algorithms.py, hierarchy.nccl_ratio)
+against NCCL's tuning formulas written out by hand (src/graph/tuning.cc: ring latency
+(nsteps - nInterSteps) x intra + nInterSteps x inter, nInterSteps = 2 (nNodes - 1) for an
+all-reduce; tree 2 ((ppn - 1) x intra + log2i(nNodes) x inter), S up and down at 0.92 of the
+ring's bus bandwidth), and the stored real nccl-tests pair (bench/transfer_nccl_log.py): one
+cluster's 4-node log fitted, its 8-node log predicted."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+
+import pytest
+
+from commbench.calibration.algorithms import (
+    NCCL,
+    library_coefficients,
+    library_of,
+    nccl_inter_latency,
+    nccl_steps,
+    nccl_time,
+)
+
+from conftest import REPO
+
+
+@pytest.mark.parametrize(("p", "nodes"), [(16, 2), (32, 4), (64, 8), (24, 3), (8, 1)])
+def test_ring_and_tree_steps_are_nccls(p, nodes):
+    ppn = p // nodes
+    inter = 2 * (nodes - 1)
+    assert nccl_steps("allreduce", "ring", p, nodes) == (
+        2 * (p - 1) - inter,
+        inter,
+        2 * (p - 1) / p,
+    )
+    log2i = int(math.log2(nodes))  # NCCL's log2i rounds down: 3 nodes make 1 tree level
+    assert nccl_steps("allreduce", "tree", p, nodes) == (2 * (ppn - 1), 2 * log2i, 2 / 0.92)
+    for op in ("allgather", "reduce_scatter"):
+        assert nccl_steps(op, "ring", p, nodes) == (p - 1 - (nodes - 1), nodes - 1, (p - 1) / p)
+        assert nccl_steps(op, "tree", p, nodes) is None  # NCCL has no tree for them
+    assert nccl_steps("alltoall", "ring", p, nodes) is None
+
+
+def test_faster_algorithm_is_taken():
+    """8 nodes x 8, inter step 10 us, NVLink 1 us, 40 GB/s: the tree's 6 inter steps beat the
+    ring's 14 at 1 MiB, the ring's 2 x 63/64 bytes beat the tree's 2 / 0.92 at 1 GiB."""
+    inter, intra, beta = 10e-6, 1e-6, 1 / 40e9
+    ring_small = 112 * intra + 14 * inter + beta * 2 * 63 / 64 * (1 << 20)
+    tree_small = 14 * intra + 6 * inter + beta * 2 / 0.92 * (1 << 20)
+    assert tree_small < ring_small
+    assert nccl_time("allreduce", 64, 8, 1 << 20, inter, intra, beta) == pytest.approx(
+        (tree_small, "tree")
+    )
+    t, alg = nccl_time("allreduce", 64, 8, 1 << 30, inter, intra, beta)
+    assert alg == "ring" and t == pytest.approx(
+        112 * intra + 14 * inter + beta * 2 * 63 / 64 * 2**30
+    )
+    # without an intra link, an NVLink hop costs NCCL's default 3.4/14 (ring), 4.0/14 (tree)
+    t, alg = nccl_time("allreduce", 64, 8, 1 << 20, inter, None, beta)
+    assert alg == "tree"
+    assert t == pytest.approx(14 * 4.0 / 14 * inter + 6 * inter + beta * 2 / 0.92 * (1 << 20))
+
+
+def test_inter_latency_makes_the_envelope_take_the_measured_time():
+    for nbytes in (1 << 20, 1 << 24, 1 << 30):
+        want = 300e-6 + nbytes / 40e9
+        step = nccl_inter_latency("allreduce", (32, 4), nbytes, want, None, 1 / 80e9)
+        got, _ = nccl_time("allreduce", 32, 4, nbytes, step, None, 1 / 80e9)
+        assert got == pytest.approx(want)
+
+
+def test_one_link_coefficients_are_the_ring_and_nccl_runs_get_the_model():
+    assert library_coefficients(NCCL, "allreduce", 16, 1 << 20) == (30.0, 2 * 15 / 16)
+    assert library_coefficients(NCCL, "alltoall", 4, 1 << 20) == (3.0, 0.75)  # fixed ring
+    assert library_of("nccl", {}) == NCCL
+    assert library_of("gloo", {}) is None
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location(
+        "transfer_nccl_log", REPO / "bench" / "transfer_nccl_log.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["transfer_nccl_log"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_stored_log_pair_imports_fits_and_predicts(tmp_path):
+    """The bench's pipeline on the stored 4-node and 8-node logs: every >= 64 KiB point of the
+    8-node log predicted, finite, each saying it extrapolated to 8 nodes from the 4 measured,
+    by NCCL's model; the median it prints is the median of those rows' errors."""
+    bench = load_bench()
+    small = bench.import_log("4x8", tmp_path)
+    large = bench.import_log("8x8", tmp_path)
+    cal = tmp_path / "cal.json"
+    bench.commbench("fit", str(small), "-o", str(cal))
+    rows = bench.validate(cal, large)
+    assert len(rows) == 28  # 14 sizes x 2 placements, 1 MiB .. 8 GiB
+    for r in rows:
+        assert r["nodes"] == 8 and r["group_size"] == 64 and r["extrapolated"], r
+        assert r["reach"]["nodes_measured"] == [4] and r["reach"]["group_size_from"] == 32, r
+        assert "NCCL's ring/tree model" in r["method"], r
+        assert math.isfinite(r["abs_error"]), r
+    scored = bench.score(rows)["allreduce"]
+    errs = sorted(r["abs_error"] for r in rows)
+    assert scored["median"] == pytest.approx((errs[13] + errs[14]) / 2)
+    assert scored["max"] == errs[-1]
