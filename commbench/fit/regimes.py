@@ -33,15 +33,15 @@ LinkPoints = tuple[SeriesKey, np.ndarray, np.ndarray, np.ndarray, Sequence[Segme
 REGIME_MIN_SIZES = 2
 REGIME_MAX = 8
 TIE = 1.02  # a K whose held-out error is within this factor of the lowest ties with it
-# a size held out by more than this (|log ratio|) counts as this much: a preempted size that no
-# partition predicts cannot decide K, while every size a regime holds still counts (a median
-# over sizes is blind to a regime of fewer than half of them)
-CAP = 0.15
+# a size held out by more than CAP x the lowest median held-out error (the noise of the best K)
+# counts as that much: a preempted size that no partition predicts cannot decide K, while every size a regime
+# holds still counts (a median over sizes is blind to a regime of fewer than half of them)
+CAP = 3.0
 
 
-def capped_mean(errs: np.ndarray) -> float:
-    """Mean of the finite held-out errors, each at most CAP."""
-    return float(np.mean(np.minimum(errs[np.isfinite(errs)], CAP)))
+def capped_mean(errs: np.ndarray, cap: float) -> float:
+    """Mean of the finite held-out errors, each at most cap."""
+    return float(np.mean(np.minimum(errs[np.isfinite(errs)], cap)))
 
 
 def _lines(x: np.ndarray, t: np.ndarray, w: np.ndarray, opts: FitOptions) -> list[list[Line]]:
@@ -98,8 +98,10 @@ def held_out_regimes(x: np.ndarray, t: np.ndarray, w: np.ndarray, opts: FitOptio
         for k, lines in enumerate(_lines(x[~out], t[~out], w[~out], ro)[: len(full)]):
             if lines:
                 errs[i, k] = median(np.abs(np.log(predict_segments(lines, s) / t[mine])))
+    meds = [median(c[np.isfinite(c)]) for c in errs.T if np.isfinite(c).any()]
+    cap = CAP * min(meds) if meds else 0.0
     score = [
-        capped_mean(col) if full[k] and np.isfinite(col).any() else np.inf
+        capped_mean(col, cap) if full[k] and np.isfinite(col).any() else np.inf
         for k, col in enumerate(errs.T)
     ]
     low = min(score)
