@@ -19,7 +19,10 @@ the link table fitted on the first priced on the second's points and the two set
 (max / min - 1 of their per-size medians: the noise). The goal is judged in-sample, on the
 fitted sweeps; the second set says how much of that survives a rerun. A set is `--repeats`
 sweeps made in turn and fitted together (the calibration states their spread as its noise
-floor). The measuring sweep is `commbench suite collectives --set factor=2 --iters 10` of
+floor). 50 iterations per point, not 10, so that a 4 ms scheduler tick in a few of them does
+not move a point's median (the sweep's own jitter from size to size fell: in-sample 2-7% per
+op against 5-15%; the spread between two sweeps did not, it is the neighbours' load). The
+measuring sweep is `commbench suite collectives --set factor=2 --iters 50` of
 allreduce, allgather, reduce_scatter, alltoall, broadcast and sendrecv (8 B..64 MiB), under
 the measuring lock when one is given (`flock /tmp/cb-measure.lock python
 bench/fit_accuracy.py --make`).
@@ -101,8 +104,8 @@ def main() -> int:
     ap.add_argument("--make", action="store_true", help="measure two sets of sweeps first")
     ap.add_argument("--against", nargs="+", default=[], help="a second set of runs to price")
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=10, help="timed iterations per point")
-    ap.add_argument("--repeats", type=int, default=2, help="sweeps per set, made in turn")
+    ap.add_argument("--iters", type=int, default=50, help="timed iterations per point")
+    ap.add_argument("--repeats", type=int, default=1, help="sweeps per set, made in turn")
     ap.add_argument("--factor", type=float, default=2.0, help="size step factor")
     ap.add_argument("--penalty", default="2", help="comma-separated BIC penalty multipliers")
     ap.add_argument("--bootstrap", type=int, default=0, help="bootstrap resamples (speed)")

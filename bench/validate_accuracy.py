@@ -76,8 +76,13 @@ def measure(out: Path, args: argparse.Namespace) -> None:
             args.timeout)  # fmt: skip
         for s in SUITES:
             run([*mp, "suite", s, "--quick", *common, "--run-id", f"{s}-r{k}"], args.timeout)
+
+
+def fit(out: Path, timeout: float) -> None:
+    """One calibration of every round's sweep (again on --reuse: the fitter may have changed)."""
     sweeps = [str(p) for p in sorted(out.glob("collectives-r*"))]
-    run([*py, "fit", *sweeps, "-o", str(out / "calibration.json"), "-q"], args.timeout)
+    py = [sys.executable, "-m", "commbench"]
+    run([*py, "fit", *sweeps, "-o", str(out / "calibration.json"), "-q"], timeout)
 
 
 def spread(values: list[float]) -> float | None:
@@ -183,6 +188,7 @@ def main() -> int:
     if not args.reuse:
         out.mkdir(parents=True, exist_ok=True)
         measure(out, args)
+    fit(out, args.timeout)
     result, passed = report(out)
     print(f"\n# load average after: {load()}")
     (out / "validation.json").write_text(json.dumps(result, indent=1, default=str))
