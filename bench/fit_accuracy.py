@@ -43,8 +43,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from commbench.calibration.lines import corrected, link_model, predict_segments  # noqa: E402
-from commbench.fit.calibrate import build, fit_collected, size_medians  # noqa: E402
+from commbench.calibration.lines import link_model, predict_segments  # noqa: E402
+from commbench.fit.calibrate import build, fit_collected  # noqa: E402
 from commbench.fit.collect import collect, read_fit_runs  # noqa: E402
 from commbench.fit.options import FitOptions  # noqa: E402
 from commbench.fit.series import fit_series  # noqa: E402
@@ -92,8 +92,8 @@ def loso(
             interp[i] = float(np.median(np.abs(guess - t[~keep]) / t[~keep]))
         if len(np.unique(x[keep])) < opts.min_sizes:
             continue
-        res = fit_series(x[keep], t[keep], opts)  # priced as predict does: corrected segments
-        pred = corrected(res.segments, [tuple(m) for m in size_medians(x[keep], t[keep])], s)
+        res = fit_series(x[keep], t[keep], opts)
+        pred = predict_segments(res.segments, float(s))
         errs[i] = float(np.median(np.abs(pred - t[~keep]) / t[~keep]))
     return sizes, errs, interp
 

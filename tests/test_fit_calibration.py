@@ -14,7 +14,6 @@ from fit_samples import collective_records, write_run
 
 from commbench import calibration
 from commbench.calibration.costmodels import model_time
-from commbench.calibration.lines import predict_segments
 from commbench.errors import UsageError
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
@@ -329,36 +328,3 @@ def test_contiguous_and_strided_groups_are_checked_to_agree(tmp_path, slower, no
     assert doc["series"][0]["placement_spread"] == pytest.approx(slower - 1)
     said = [n for n in doc["notes"] if "contiguous and strided groups disagree" in n]
     assert bool(said) == noted
-
-
-def bumped(s: float) -> float:
-    """An intra ring all-reduce on 4 ranks 25% slow from 1 to 2 MiB (a cache level two sizes
-    wide, which no segment of three sizes can hold) and at 8 KiB alone, between two sizes 3%
-    fast."""
-    slow = 1 << 20 <= s <= 2 << 20 or s == 8 << 10
-    fast = s in (4 << 10, 16 << 10)  # the lone slow size's neighbours, a little fast
-    return ring("allreduce", 4, s) * (1.25 if slow else 0.97 if fast else 1.0)
-
-
-def test_inside_the_range_a_deviation_two_sizes_share_is_kept(tmp_path):
-    """predict() follows the measured medians where neighbouring sizes deviate from the
-    segments the same way (at 1 and 2 MiB, and between them), and keeps the line at a lone
-    slow size (8 KiB, its neighbours on the other side of the line) and between sizes on
-    either side; the segments alone (the old form) priced 1 and 2 MiB 20% under what was
-    measured."""
-    recs = collective_records("allreduce", 4, 0, 0, noise=0.005, seed=5, time_of=bumped)
-    doc, outcomes, _ = calibrate.build(
-        collect(read_fit_runs([write_run(tmp_path, "r", recs)])), FitOptions(bootstrap=0)
-    )
-    path = tmp_path / "cal.json"
-    calibration.save(doc, path)
-    cal = calibration.load(path)
-    segs = outcomes[0].fit.segments
-    for s in (1 << 20, 2 << 20, int(1.5 * (1 << 20))):
-        assert cal.predict("allreduce", s, 4, "intra") == pytest.approx(bumped(s), rel=0.04)
-        if s != int(1.5 * (1 << 20)):
-            assert predict_segments(segs, s) < 0.85 * bumped(s)
-    for s in (8 << 10, 12 << 10):  # the lone slow size, and between it and a fast one
-        assert cal.predict("allreduce", s, 4, "intra") == pytest.approx(
-            ring("allreduce", 4, s), rel=0.04
-        )

@@ -4,7 +4,6 @@ one; this module evaluates it."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,36 +59,6 @@ def segment_for(segments: Sequence[SegmentLike], nbytes: float) -> SegmentLike:
     return seg
 
 
-def corrected(
-    segments: Sequence[SegmentLike], medians: Sequence[tuple[float, float]], nbytes: float
-) -> float:
-    """Seconds at nbytes inside the measured range: the segments' line times the residual
-    log(median / line) that measured neighbours share. Between two measured sizes on the same
-    side of the line, their residuals interpolated on log bytes: a deviation two neighbours
-    share is structure the segments miss (a cache level spanning two sizes of a factor-2
-    sweep), so the model does not lose to interpolating the medians there; between two on
-    either side, the line. At a measured size, its own residual when a neighbour is on its
-    side, else the line (a size alone on its side is noise, as in fit/series.
-    neighbour_checked). Only the sign is asked: also asking that the neighbour deviate at
-    least half as much took the leave-one-size-out error of real sweeps back toward the
-    segments' (14.7% against 10.1% and interpolation's 10.3%, bench/fit_accuracy.py). Outside
-    the range, or with fewer than two medians (bytes, seconds; by bytes), the line."""
-    line = predict_segments(segments, nbytes)
-    if len(medians) < 2 or not medians[0][0] <= nbytes <= medians[-1][0]:
-        return line
-    q = [math.log(t / predict_segments(segments, b)) for b, t in medians]
-    sizes = [b for b, _ in medians]
-    k = bisect.bisect_left(sizes, nbytes)
-    if sizes[k] == nbytes:
-        near = [q[j] for j in (k - 1, k + 1) if 0 <= j < len(q)]
-        return line * math.exp(q[k]) if any(v * q[k] > 0 for v in near) else line
-    lo, hi = q[k - 1], q[k]
-    if lo * hi <= 0:
-        return line
-    a, b, at = (math.log(max(v, 1.0)) for v in (sizes[k - 1], sizes[k], nbytes))
-    return line * math.exp(lo + (at - a) / (b - a) * (hi - lo))
-
-
 @dataclass(frozen=True)
 class SeriesModel:
     key: SeriesKey
@@ -97,10 +66,9 @@ class SeriesModel:
     bytes_max: int
     segments: tuple[Line, ...]
     shapes: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node) measured
-    medians: tuple[tuple[float, float], ...] = ()  # (bytes, median seconds) per measured size
 
     def at(self, nbytes: float) -> float:
-        return corrected(self.segments, self.medians, nbytes)
+        return predict_segments(list(self.segments), nbytes)
 
     def covers(self, nbytes: float) -> bool:
         return self.bytes_min <= nbytes <= self.bytes_max

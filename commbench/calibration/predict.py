@@ -87,7 +87,6 @@ class Calibration:
                     for g in s["segments"]
                 ),
                 tuple((x["nodes"], x["ranks_per_node"]) for x in s.get("shapes", ())),
-                tuple((float(b), float(t)) for b, t in s.get("medians", ())),
             )
             for s in doc["series"]
         ]

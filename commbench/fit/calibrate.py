@@ -63,14 +63,7 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
         else None,
         "shapes": [{"nodes": n, "ranks_per_node": r} for n, r in sorted(data.shapes)],
         "segments": segs,
-        "medians": size_medians(*data.arrays()),
     }
-
-
-def size_medians(x: np.ndarray, t: np.ndarray) -> list[list[float]]:
-    """[bytes, median seconds] of every measured size, by bytes (what predict corrects the
-    segments by inside the measured range: calibration.lines.corrected)."""
-    return [[float(s), float(np.median(t[x == s]))] for s in np.unique(x)]
 
 
 def repeat_spreads(data: SeriesData, labels: Sequence[object] | None = None) -> list[float]:
