@@ -97,7 +97,8 @@ def held_out_regimes(x: np.ndarray, t: np.ndarray, w: np.ndarray, opts: FitOptio
             continue  # an outlier size scores no partition
         for k, lines in enumerate(_lines(x[~out], t[~out], w[~out], ro)[: len(full)]):
             if lines:
-                errs[i, k] = median(np.abs(np.log(predict_segments(lines, s) / t[mine])))
+                pred = max(predict_segments(lines, s), TINY)
+                errs[i, k] = median(np.abs(np.log(pred / t[mine])))
     meds = [median(c[np.isfinite(c)]) for c in errs.T if np.isfinite(c).any()]
     cap = CAP * min(meds) if meds else 0.0
     score = [
