@@ -111,6 +111,22 @@ def test_two_runs_state_their_noise_floor_and_validate_uses_it(tmp_path, capsys)
     assert one["noise_floor"] is None and one["series"][0]["repeat_spread"] is None
 
 
+def test_the_noise_floor_is_what_one_rerun_shows(tmp_path):
+    """Four runs, 1.0, 1.1, 1.2 and 1.3 x: the floor is the median over pairs of runs of
+    max/min - 1 (14%), what one rerun shows; the range of all four (30%), which only
+    grows with the runs, overstated it."""
+    a = sweep(tmp_path, "a", 8, 1)
+    recs = [json.loads(x) for x in (a / "records.jsonl").read_text().splitlines()]
+    runs = [a] + [
+        write_run(tmp_path, k, [{**r, "time_us": r["time_us"] * f, "run_id": k} for r in recs])
+        for k, f in (("b", 1.1), ("c", 1.2), ("d", 1.3))
+    ]
+    doc, _, _ = calibrate.build(collect(read_fit_runs(runs)), FitOptions(bootstrap=0))
+    pairs = sorted([1.1, 1.2, 1.3, 1.2 / 1.1, 1.3 / 1.1, 1.3 / 1.2])
+    want = (pairs[2] + pairs[3]) / 2 - 1
+    assert doc["noise_floor"]["median_rel"] == pytest.approx(want)  # 14%, not the range's 30%
+
+
 def test_an_op_priced_by_the_link_model_alone_says_so(cal_path):
     """alltoall was never measured: its price comes from the link model only, and the reach
     says that rather than 'measured'."""

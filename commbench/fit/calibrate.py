@@ -6,6 +6,7 @@ linkfit (the joint link table) and calibration (the schema the result must pass)
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,10 +67,12 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
 
 
 def repeat_spreads(data: SeriesData, labels: Sequence[object] | None = None) -> list[float]:
-    """Per size measured under two labels or more (default: runs): max / min - 1 of the
-    labels' median times. Runs of the same sweep made apart (interleaved with other work)
-    disagree by this much, so no prediction can be trusted closer; with strides as labels,
-    it is how far contiguous and strided groups of one series disagree."""
+    """Per size measured under two labels or more (default: runs): max / min - 1 of two
+    labels' median times, the median over every pair of labels. Runs of the same sweep made
+    apart (interleaved with other work) disagree by this much, so no prediction can be
+    trusted closer; with strides as labels, it is how far contiguous and strided groups of
+    one series disagree. Pairs, not the range of all runs: what one rerun shows, which the
+    range over three runs or more overstates (it only grows with the runs)."""
     by: dict[float, dict[object, list[float]]] = {}
     for x, t, label in zip(data.x, data.t, data.run_of if labels is None else labels):
         by.setdefault(x, {}).setdefault(label, []).append(t)
@@ -77,7 +80,8 @@ def repeat_spreads(data: SeriesData, labels: Sequence[object] | None = None) -> 
     for runs in by.values():
         if len(runs) >= 2:
             meds = [float(np.median(v)) for v in runs.values()]
-            out.append(max(meds) / min(meds) - 1.0)
+            pairs = [max(a, b) / min(a, b) - 1.0 for a, b in itertools.combinations(meds, 2)]
+            out.append(float(np.median(pairs)))
     return out
 
 

@@ -6,7 +6,8 @@ alpha A(op, p) + beta B(op, p) S. One (alpha, beta) per link cannot fit ops whos
 bus bandwidth differs 7x on one machine (an MPI broadcast or send/recv is a copy, a
 reduce-scatter a copy plus a reduction, each with its own algorithm), nor the eager/rendezvous
 and cache regimes inside one op. So each op measured on the link gets its own terms, one
-(alpha, beta) per size regime (the segments of its longest series), fitted across every group
+(alpha, beta) per size regime (fit/regimes.py: chosen on held-out error from its longest
+series, two sizes allowed per regime), fitted across every group
 size it was measured at: the model carries the scaling in p, the terms the op's own rates.
 The shared (alpha, beta) of all ops together prices ops never measured on the link.
 
@@ -15,7 +16,8 @@ cannot collapse alpha), started from the per-series fits, over the points the se
 (weight > 0). A collective point faster than half the link's point-to-point latency (the
 lowest median send/recv or pingpong time up to 1 KiB) had no synchronized start and is
 rejected and counted. The model whose terms have the lowest median relative error is named
-best; errors are over the same points (median and max), per op, and per op at >= 64 KiB.
+best; errors are over every point not rejected, outliers included (median and max), per op,
+and per op at >= 64 KiB.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import numpy as np
 from commbench.calibration.algorithms import LIBRARIES
 from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
 from commbench.calibration.lines import Line, SegmentLike, predict_segments
-from commbench.calibration.series_key import SeriesKey
 from commbench.fit.logfit import fit_log_line
 from commbench.fit.options import FitOptions
+from commbench.fit.regimes import LinkPoints, op_regimes
 from commbench.fit.wls import median
 
 # models whose median error is within this factor of the lowest are ties
@@ -44,9 +46,6 @@ LATENCY_BYTES = 1024  # p2p sizes up to this are latency-bound
 # library's algorithm switch is not what the times follow (then 3x and more)
 LIBRARY_RATIO, LIBRARY_MARGIN = 1.25, 0.02
 LARGE = 64 << 10  # per-op errors are also reported at sizes >= this (bandwidth regime)
-
-# (key, bytes, seconds, series weights, the series' segments)
-LinkPoints = tuple[SeriesKey, np.ndarray, np.ndarray, np.ndarray, Sequence[SegmentLike]]
 
 
 @dataclass(kw_only=True)
@@ -217,8 +216,15 @@ def _start(items: list[LinkPoints], model: str, nbytes: float | None) -> tuple[f
     )
 
 
-def _fit_model(model: str, items: list[LinkPoints], keep: np.ndarray, opts: FitOptions) -> ModelFit:
-    """Per-op, per-regime terms and the shared line of one model over a link's points."""
+def _fit_model(
+    model: str,
+    items: list[LinkPoints],
+    keep: np.ndarray,
+    opts: FitOptions,
+    regimes: dict[str, list[Line]],
+) -> ModelFit:
+    """Per-op terms (one per regime in `regimes`) and the shared line of one model over a
+    link's points."""
     P = _points(items, model, keep)
     alpha, beta, _ = fit_log_line(P.A, P.B * P.x, P.t, P.w, _start(items, model, None), opts)
     shared = alpha * P.A + beta * P.B * P.x
@@ -226,7 +232,7 @@ def _fit_model(model: str, items: list[LinkPoints], keep: np.ndarray, opts: FitO
     terms: dict[str, list[Line]] = {}
     for op in sorted(set(P.ops.tolist())):
         mine = [it for it in items if it[0].op == op]
-        longest = max(mine, key=lambda it: (len(np.unique(it[1])), it[0].group_size))[4]
+        longest = regimes[op]
         on = P.ops == op
         reg = regime_index(longest, P.x)
         lines = []
@@ -256,14 +262,16 @@ def _fit_model(model: str, items: list[LinkPoints], keep: np.ndarray, opts: FitO
         ss = float(np.sum((lt - lt.mean()) ** 2))
         if ss > 1e-18:
             r2 = 1.0 - float(np.sum((lt - np.log(pred[used])) ** 2)) / ss
+    # errors over every point not rejected below the latency, outliers included: a size the
+    # fits left out still counts against the terms that price it
     per_op, large = {}, {}
     for o in sorted(set(P.ops.tolist())):
-        sel = used & (P.ops == o)
+        sel = keep & (P.ops == o)
         if sel.any():
             per_op[o] = median(rel[sel])
         if (sel & (P.x >= LARGE)).any():
             large[o] = median(rel[sel & (P.x >= LARGE)])
-    pool = rel[used] if used.any() else rel
+    pool = rel[keep] if keep.any() else rel
     return ModelFit(
         alpha_s=alpha,
         beta_s_per_byte=beta,
@@ -273,7 +281,7 @@ def _fit_model(model: str, items: list[LinkPoints], keep: np.ndarray, opts: FitO
         median_rel_err=median(pool),
         max_rel_err=float(pool.max()),
         r2_log=r2,
-        shared_median_rel_err=median((np.abs(shared - P.t) / P.t)[used] if used.any() else rel),
+        shared_median_rel_err=median((np.abs(shared - P.t) / P.t)[keep] if keep.any() else rel),
         per_op_median_rel_err=per_op,
         per_op_large_median_rel_err=large,
         terms=terms,
@@ -331,7 +339,8 @@ def fit_link_table(
             )
             continue
         keep = latency_keep(items)
-        models = {m: _fit_model(m, items, keep, opts) for m in MODELS}
+        items, regimes = op_regimes(items, opts)
+        models = {m: _fit_model(m, items, keep, opts, regimes) for m in MODELS}
         # the model within 1% of the lowest median error of the per-op terms; among those
         # the shared line's error decides (with one group size every model fits each op's
         # terms alike, but how latency steps compare across ops still tells them apart),
@@ -359,7 +368,7 @@ def fit_link_table(
         entries.append(
             LinkEntry(
                 library=library,
-                library_fit=_fit_model(library, items, keep, opts) if library else None,
+                library_fit=_fit_model(library, items, keep, opts, regimes) if library else None,
                 backend=backend,
                 link_class=link,
                 timing=timing,
