@@ -22,6 +22,10 @@ CONSUMERS_VENV ?= .venv-consumers
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PYTHONUNBUFFERED := 1
+# Open MPI 5.0's libfabric BTL sleeps 1 s when it closes, in every MPI_Init of a machine without
+# a fabric it can use (opal/mca/btl/ofi/btl_ofi_component.c); these local jobs need only sm and
+# tcp. Yours wins: `make demo OMPI_MCA_btl=...`.
+export OMPI_MCA_btl ?= ^ofi
 
 .PHONY: install consumers-venv test test-all lint format demo demo-cluster report bench gpu-check browser clean help
 

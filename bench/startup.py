@@ -6,7 +6,8 @@ COMMBENCH_DIAG_DIR set, so every rank reports wall-clock milestones and its load
 a bare job (import numpy, import mpi4py.MPI, one barrier) is the floor. The package is
 byte-compiled first (compileall), as an installed one is. Launch = just before
 mpirun starts; each milestone is the slowest rank's. Goal: first collective within
-3 s of launch.
+3 s of launch. The environment passes through: `OMPI_MCA_btl=^ofi python bench/startup.py`
+times jobs without Open MPI 5.0's libfabric BTL, whose close sleeps 1 s in every MPI_Init.
 
     python bench/startup.py --ranks 16 --rounds 3 [--json rows.json]
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -102,6 +104,10 @@ def main() -> int:
         f"# start-up on {args.ranks} ranks (--oversubscribe, this machine), seconds after launch,"
     )
     print(f"# slowest rank, median of {args.rounds} rounds; bare = numpy + mpi4py + one barrier")
+    # Open MPI 5.0's libfabric BTL sleeps 1 s as it closes, in every MPI_Init of a machine it
+    # finds no fabric on: OMPI_MCA_btl=^ofi in the environment takes that second off each job
+    btl = os.environ.get("OMPI_MCA_btl")
+    print(f"# OMPI_MCA_btl={btl}" if btl else "# OMPI_MCA_btl unset (Open MPI's default BTLs)")
     print("#" + "".join(f"{h:>14}" for h in ("job", *(k for k, _ in STAGES), "total"))[1:])
     rows = []
     for name, rounds in got.items():

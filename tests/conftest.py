@@ -31,6 +31,9 @@ def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env.pop("COMMBENCH_DEBUG", None)
+    # Open MPI 5.0's libfabric BTL sleeps 1 s as it closes, in every MPI_Init here (no fabric):
+    # a second per launched job; single-node and emulated jobs run over sm and tcp
+    env.setdefault("OMPI_MCA_btl", "^ofi")
     env.update(extra or {})
     return env
 

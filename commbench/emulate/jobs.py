@@ -31,6 +31,9 @@ from commbench.errors import UsageError
 EAGER_LIMIT = 256 << 20  # above what a sweep sends at emulated rates (256 MiB at 400 Mbit/s: 5 s)
 MPI_SETTINGS = {
     "mpi_yield_when_idle": "1",
+    # emulated nodes meet over kernel TCP; Open MPI 5.0's libfabric BTL would only sleep 1 s
+    # as it closes, in every rank's MPI_Init (opal/mca/btl/ofi/btl_ofi_component.c)
+    "btl": "^ofi",
     "btl_tcp_eager_limit": str(EAGER_LIMIT),
     "btl_tcp_rndv_eager_limit": str(EAGER_LIMIT),
     "btl_tcp_max_send_size": str(EAGER_LIMIT),
