@@ -166,7 +166,7 @@ def one_round(
     osu: Path | None, imb: Path | None, ranks: list[int], hi: int, args, turn: int = 0
 ) -> dict:
     """Every (tool, op, ranks, size) once, tool by tool within each rank count and op; the
-    tools' order rotates with `turn`, and each job starts after a pause, so the previous job's
+    tools' order changes with `turn` (job_order), and each job starts after a pause, so the previous job's
     exit (its ranks and mpirun leaving) lands on each tool alike rather than on the one after
     commbench (that put OSU's small sizes, measured first, 1.3-2x slow)."""
     got: dict[Key, float] = {}
@@ -181,12 +181,23 @@ def one_round(
                     jobs.append(("osu-again", lambda op=op, n=n: run_osu(osu, op, n, hi)))
             if imb is not None:
                 jobs.append(("imb", lambda op=op, n=n: run_imb(imb, op, n, hi)))
-            k = turn % len(jobs)
-            for who, job in jobs[k:] + jobs[:k]:
+            for who, job in job_order(jobs, turn, control=args.control):
                 time.sleep(PAUSE_S)
                 for size, t in job().items():
                     got[who, op, n, size] = t
     return got
+
+
+def job_order(jobs: list, turn: int, control: bool) -> list:
+    """The round's order: rotated by `turn`, so each tool takes each place in turn; with the
+    control, commbench, OSU, OSU again (then IMB) forward and backward in turn instead, so that
+    commbench and the second OSU job both sit next to the first OSU job in every round (on a
+    machine whose state lasts seconds, neighbours share it: the A/A pair must be as near as
+    the pair it controls for)."""
+    if control:
+        return jobs if turn % 2 == 0 else jobs[::-1]
+    k = turn % len(jobs)
+    return jobs[k:] + jobs[:k]
 
 
 def run_osu(osu: Path, op: str, n: int, hi: int) -> dict[int, float]:

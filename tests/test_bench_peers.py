@@ -97,3 +97,14 @@ def test_control_compares_osus_second_job_with_its_first(peers):
     assert peers.medians_table(rounds, "osu", tool="osu-again") == {
         ("alltoall", 2, 8): pytest.approx(1.6 / 1.5)
     }
+
+
+def test_control_keeps_both_pairs_neighbours_in_every_round(peers):
+    jobs = ["commbench", "osu", "osu-again"]
+    for turn in range(6):
+        order = peers.job_order(jobs, turn, control=True)
+        at = {who: i for i, who in enumerate(order)}
+        assert abs(at["commbench"] - at["osu"]) == 1 and abs(at["osu-again"] - at["osu"]) == 1
+    # without it every tool takes every place
+    firsts = {peers.job_order(jobs, turn, control=False)[0] for turn in range(3)}
+    assert firsts == set(jobs)
