@@ -43,6 +43,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from commbench.calibration.accuracy import rerun_spread  # noqa: E402
 from commbench.calibration.lines import link_model, predict_segments  # noqa: E402
 from commbench.fit.calibrate import build, fit_collected  # noqa: E402
 from commbench.fit.collect import collect, read_fit_runs  # noqa: E402
@@ -169,12 +170,11 @@ def large_err(pred: list[float], t: list[float]) -> float:
 
 
 def set_spread(a: dict, b: dict) -> float:
-    """Median over sizes of max / min - 1 of the two sets' per-size median times."""
-    out = []
-    for x in set(a) & set(b):
-        ma, mb = float(np.median(a[x])), float(np.median(b[x]))
-        out.append(max(ma, mb) / min(ma, mb) - 1)
-    return float(np.median(out)) if out else float("nan")
+    """Median over sizes of the two sets' rerun spread (max / min - 1 of their per-size
+    median times)."""
+    out = [rerun_spread([float(np.median(a[x])), float(np.median(b[x]))]) for x in set(a) & set(b)]
+    got = [s for s in out if s is not None]
+    return float(np.median(got)) if got else float("nan")
 
 
 def link_table_goal(collected, second=None) -> bool:

@@ -28,6 +28,10 @@ from pathlib import Path
 from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from commbench.calibration.accuracy import rerun_spread  # noqa: E402
+
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "sendrecv")
 GOAL_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall")
 GOAL = 0.10
@@ -74,7 +78,7 @@ def score(rows: list[dict]) -> dict[str, dict]:
         err = abs(rs[0]["predicted_s"] / median(measured) - 1)
         o = out.setdefault(op, {"errors": [], "spreads": [], "methods": set()})
         o["errors"].append(err)
-        o["spreads"].append(max(measured) / min(measured) - 1)
+        o["spreads"].append(rerun_spread(measured) or 0.0)
         o["methods"].add(rs[0]["method"].split(" (")[0])
     return out
 

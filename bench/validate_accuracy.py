@@ -7,12 +7,13 @@
 Steps (all real: mpirun, mpi backend), `--repeats` rounds made in turn: a `collectives` suite
 run (the fitter's input; sizes 8 B..64 MiB, every `--factor`; the suite's ops plus alltoallv),
 then the tp, dp, zero, cp, ep and pp suites with --quick. Then `commbench fit` of every round's
-sweep together (the calibration states the sweeps' repeat spread, per size max / min - 1 of
-the rounds' medians, as its noise floor) and validate.compare of every suite point against it,
+sweep together (the calibration states the sweeps' repeat spread, per size the median over
+pairs of rounds of max / min - 1 of their medians, as its noise floor) and validate.compare of every suite point against it,
 strictly and with extrapolation (steps larger than the fitted 64 MiB, e.g. ZeRO-3 layer
 all-gathers, need it). A point's measured time is the median over the rounds, so a round a
 neighbour's job slowed does not decide it; beside each strategy's median |error| stands its
-own repeat spread (max / min - 1 over the rounds, median over its points: what a rerun shows).
+own repeat spread (accuracy.rerun_spread over the rounds, median over its points: what a
+rerun shows).
 Every step times `--iters` iterations (the quick suites' own budgets give MiB-sized steps 2
 iterations, and one 4 ms scheduler tick in 10 moved the median of a 0.5 ms step: the points
 were bimodal, 0.5 or 8.5 ms), medians throughout. Per strategy: PASS when the median |error|
@@ -85,10 +86,6 @@ def fit(out: Path, timeout: float) -> None:
     run([*py, "fit", *sweeps, "-o", str(out / "calibration.json"), "-q"], timeout)
 
 
-def spread(values: list[float]) -> float | None:
-    return max(values) / min(values) - 1 if len(values) >= 2 and min(values) > 0 else None
-
-
 def per_point(rows: list[dict]) -> list[dict]:
     """compare's rows of every round merged per suite point: the median measured time over the
     rounds, the prediction (the same Program each round), and the rounds' spread."""
@@ -111,7 +108,7 @@ def per_point(rows: list[dict]) -> list[dict]:
                 "measured_s": m,
                 "predicted_s": pred,
                 "rel_error": pred / m - 1,
-                "spread": spread(meas),
+                "spread": validate.rerun_spread(meas),
             }
         )
     return out

@@ -18,6 +18,7 @@ every key, stable; `validate --json` and the report read them).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
@@ -33,6 +34,17 @@ from commbench.traffic.patterns.base import options_label
 from commbench.traffic.program import Program
 
 ACCURACY_BAND = 0.20  # a prediction within 20% of the measurement counts as accurate
+
+
+def rerun_spread(values: Sequence[float]) -> float | None:
+    """How far reruns of one measurement disagree: max / min - 1 of two of them, the median
+    over every pair (what one rerun shows; the range over three or more only grows with their
+    number); None for fewer than two positive values. The calibration's noise floor, plan
+    --verify's ties and the benchmarks' repeat spreads are all this."""
+    vals = [v for v in values if v > 0]
+    if len(vals) < 2:
+        return None
+    return median(max(a, b) / min(a, b) - 1.0 for a, b in itertools.combinations(vals, 2))
 
 
 def _rel(pred: float | None, meas: float | None) -> float | None:

@@ -6,7 +6,6 @@ linkfit (the joint link table) and calibration (the schema the result must pass)
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ import numpy as np
 
 from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
+from commbench.calibration.accuracy import rerun_spread
 from commbench.calibration.algorithms import library_of
 from commbench.fit.collect import Collected, SeriesData
 from commbench.fit.links import LinkEntry, LinkPoints, fit_link_table
@@ -78,10 +78,9 @@ def repeat_spreads(data: SeriesData, labels: Sequence[object] | None = None) -> 
         by.setdefault(x, {}).setdefault(label, []).append(t)
     out = []
     for runs in by.values():
-        if len(runs) >= 2:
-            meds = [float(np.median(v)) for v in runs.values()]
-            pairs = [max(a, b) / min(a, b) - 1.0 for a, b in itertools.combinations(meds, 2)]
-            out.append(float(np.median(pairs)))
+        spread = rerun_spread([float(np.median(v)) for v in runs.values()])
+        if spread is not None:
+            out.append(spread)
     return out
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from commbench.calibration.accuracy import rerun_spread
 from commbench.errors import UsageError
 from commbench.plan.planner import Planner
 from commbench.plan.request import PlanRequest
@@ -121,12 +122,6 @@ def kendall_tau_b(a: list[float], b: list[float], tied: set[tuple[int, int]]) ->
     return s / denom if denom else 0.0
 
 
-def spread(values: Sequence[float]) -> float:
-    """Repeat spread of a config's rounds: max / min - 1 (0 for one round)."""
-    lo = min(values)
-    return max(values) / lo - 1 if lo > 0 else 0.0
-
-
 @dataclass(frozen=True)
 class Row:
     """One verified config: predicted and measured step communication per axis, seconds,
@@ -141,7 +136,8 @@ class Row:
 
     @property
     def spread(self) -> float:
-        return spread(self.rounds) if self.rounds else 0.0
+        """The rounds' repeat spread (accuracy.rerun_spread; 0 for one round)."""
+        return rerun_spread(self.rounds) or 0.0
 
     @property
     def predicted_s(self) -> float:
