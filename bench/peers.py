@@ -7,8 +7,9 @@ Builds OSU Micro-Benchmarks (configure + make of the pt2pt and blocking collecti
 and IMB-MPI1 from the source directories given, with the mpicc of the MPI mpi4py loaded, into
 bench/_build/peers/ (nothing is downloaded), then runs rounds, interleaved tool by tool
 (commbench, OSU, IMB, commbench, ...), of pingpong, allreduce, allgather and alltoall from 8 B
-to 4 MiB on each rank count (the tools' order rotating from round to round), and prints, per (op, ranks, size), the median over rounds of
-commbench's time divided by each tool's, both measured in the same round.
+to 4 MiB on each rank count (the tools' order changing from round to round: job_order), and
+prints, per (op, ranks, size), the median over rounds of commbench's time divided by each
+tool's, both measured in the same round.
 
 Like for like: the sizes are OSU's and IMB's (per rank for allgather/alltoall: commbench
 runs `--per-rank-size`), bytes as int8 (MPI_CHAR/MPI_BYTE) except allreduce in float32
@@ -19,8 +20,9 @@ commbench's own mean of the max over ranks, which reads up to 1.5x higher at sma
 ranks leave the barrier apart); OSU's iteration counts (`--iters osu`: osu_latency 10000 + 100
 warm-up up to 8 KiB, 1000 + 10 above; the collectives 1000 + 100 and 100 + 10), where the
 adaptive count would time a different number of calls; pingpong timed back to back
-(`--timing pipelined`), as osu_latency and IMB PingPong; commbench's buffers in the same mode as the tools' own (`plain`: 4 KiB pages,
-what their page-aligned malloc gets under THP `madvise`).
+(`--timing pipelined`), as osu_latency and IMB PingPong; commbench's buffers in the same mode
+as the tools' own (`plain`: 4 KiB pages, what their page-aligned malloc gets under THP
+`madvise`).
 """
 
 from __future__ import annotations
@@ -166,9 +168,9 @@ def one_round(
     osu: Path | None, imb: Path | None, ranks: list[int], hi: int, args, turn: int = 0
 ) -> dict:
     """Every (tool, op, ranks, size) once, tool by tool within each rank count and op; the
-    tools' order changes with `turn` (job_order), and each job starts after a pause, so the previous job's
-    exit (its ranks and mpirun leaving) lands on each tool alike rather than on the one after
-    commbench (that put OSU's small sizes, measured first, 1.3-2x slow)."""
+    tools' order changes with `turn` (job_order), and each job starts after a pause, so the
+    previous job's exit (its ranks and mpirun leaving) lands on each tool alike rather than on
+    the one after commbench (that put OSU's small sizes, measured first, 1.3-2x slow)."""
     got: dict[Key, float] = {}
     for n in ranks:
         for op in OPS:

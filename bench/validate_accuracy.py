@@ -8,8 +8,8 @@ Steps (all real: mpirun, mpi backend), `--repeats` rounds made in turn: a `colle
 run (the fitter's input; sizes 8 B..64 MiB, every `--factor`; the suite's ops plus alltoallv),
 then the tp, dp, zero, cp, ep and pp suites with --quick. Then `commbench fit` of every round's
 sweep together (the calibration states the sweeps' repeat spread, per size the median over
-pairs of rounds of max / min - 1 of their medians, as its noise floor) and validate.compare of every suite point against it,
-strictly and with extrapolation (steps larger than the fitted 64 MiB, e.g. ZeRO-3 layer
+pairs of rounds of max / min - 1 of their medians, as its noise floor) and validate.compare
+of every suite point against it, strictly and with extrapolation (steps larger than the fitted 64 MiB, e.g. ZeRO-3 layer
 all-gathers, need it). A point's measured time is the median over the rounds, so a round a
 neighbour's job slowed does not decide it; beside each strategy's median |error| stands its
 own repeat spread (accuracy.rerun_spread over the rounds, median over its points: what a

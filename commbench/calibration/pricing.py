@@ -15,10 +15,11 @@ and link class, times its repeat. The rules, in order:
   rank's send buffer, as nccl-tests); each op says its own (OpSpec.priced_bytes, priced_from);
 - p2p_schedule (a pipeline, OpSpec.scheduled): the per-position action lists are simulated
   (patterns.pp.simulate: fused groups of sends and receives, each complete when its sends are
-  delivered and its receives arrived, compute as given, as the runner executes them), every message taking predict("sendrecv", bytes, 2, link of its stage pair):
-  one pair of neighbours, intra-node where every pipeline's two stages share a node
-  (pp.stage_links), so pp=4 over 2 nodes pays the inter link once, not three times; a record's
-  link class (`link_classes`) prices every pair alike. Where the calibration also measured
+  delivered and its receives arrived, compute as given, as the runner executes them), every
+  message taking predict("sendrecv", bytes, 2, link of its stage pair): one pair of
+  neighbours, intra-node where every pipeline's two stages share a node (pp.stage_links), so
+  pp=4 over 2 nodes pays the inter link once, not three times; a record's link class
+  (`link_classes`) prices every pair alike. Where the calibration also measured
   pingpong and the link's exchange takes over 1.5x its one-way time (a transport whose
   directions take turns: gloo), a message takes sendrecv's time / that ratio and the pair's
   two directions share one link in the simulation. The step's time is the makespan (it

@@ -232,11 +232,10 @@ def _fit_model(
     terms: dict[str, list[Line]] = {}
     for op in sorted(set(P.ops.tolist())):
         mine = [it for it in items if it[0].op == op]
-        longest = regimes[op]
         on = P.ops == op
-        reg = regime_index(longest, P.x)
+        reg = regime_index(regimes[op], P.x)
         lines = []
-        for k, seg in enumerate(longest):
+        for k, seg in enumerate(regimes[op]):
             sel = on & (reg == k)
             if len(np.unique(P.x[sel & (P.w > 0)])) < 2:
                 continue  # too few sizes left (points rejected): the neighbouring regime prices it

@@ -308,6 +308,7 @@ class Runner:
         t = stats["time_us"] * 1e-6
         with_compute = float(np.median(np.max(np.vstack(overall), axis=0))) if overall else None
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
+        assert len(acks) == 1, acks  # every rank bound the same op
         from commbench.results.records import Measurement
 
         return Measurement(

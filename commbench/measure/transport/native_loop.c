@@ -48,7 +48,7 @@ typedef struct {
     const int *scounts, *sdispls, *rcounts, *rdispls; /* alltoallv; allgatherv: rcounts, rdispls */
     int window;       /* bw, bibw: messages in flight per direction (osu_bw's window) */
     const double *compute_s; /* iallreduce: seconds of busy compute between start and wait */
-    int ack; /* rooted ops: CB_ACK_* (transport/base.py's ACKS), the acknowledgement after */
+    int ack; /* rooted ops: CB_ACK_* (ops/spec.py's ACKS), the acknowledgement after */
 } cb_op;
 
 enum { CB_ACK_NONE = 0, CB_ACK_TO_ROOT = 1, CB_ACK_FROM_ROOT = 2 };
