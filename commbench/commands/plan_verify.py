@@ -133,39 +133,24 @@ def check_nodes(planned: tuple[int, ...], launched: tuple[int, ...]) -> None:
 def measure_points(
     s, suite, points, max_bytes: int, backend: str, on_point=None, whole: bool = False
 ) -> None:
-    """Measure `points` as suite does (every op checked), rank 0 writing step and point
-    records; with `whole`, each point's Program is then replayed as one timed Program
-    (measure/replay.py); `on_point(point, plan, records, replayed)` on rank 0 after each."""
-    from commbench.measure.point_records import point_record, point_totals, step_record
-    from commbench.measure.replay import replay
+    """Measure `points` as suite does (measure/points.py: every op checked, rank 0 writing
+    step and point records); with `whole`, each point's Program is then replayed as one timed
+    Program (measure/replay.py); `on_point(point, plan, records, replayed)` on rank 0 after
+    each."""
+    from commbench.measure import points as measured
     from commbench.traffic.execution import plan as plan_steps
 
     plans = [
         plan_steps(pt.program, dataclasses.replace(pt.layout, nodes=s.nodes), backend, max_bytes)
         for pt in points
     ]
-    s.runner.reserve([(m.step, m.info) for pl in plans for m in pl])
-    for pt, pl in zip(points, plans):
-        results = []
-        for m in pl:
-            rec = s.runner.measure(m.step, m.info)
-            if rec is not None:
-                assert s.writer is not None
-                results.append(rec)
-                s.writer.write(step_record(suite, pt, m, rec, backend).to_json())
-        replayed = None
-        if whole:
-            with s.watchdog.guard(f"point {pt.index}: {pt.run.name} replayed whole"):
-                replayed = replay(s.runner, pt.program, pl)
-        if not s.is_root:
-            continue
-        totals = point_totals(pt, pl, results)
-        assert s.writer is not None
-        s.writer.write(point_record(suite, pt, totals, backend, pl).to_json())
-        if totals.wrong:
-            s.say(f"commbench: {pt.run.name}: {totals.wrong} op(s) returned wrong data")
+    for done in measured.measure_points(s, suite, points, plans, backend, whole=whole):
+        if done.totals.wrong:
+            s.say(
+                f"commbench: {done.point.run.name}: {done.totals.wrong} op(s) returned wrong data"
+            )
         if on_point is not None:
-            on_point(pt, pl, results, replayed)
+            on_point(done.point, done.plan, done.records, done.replayed)
 
 
 def main(args: argparse.Namespace, req, cal, result) -> int:

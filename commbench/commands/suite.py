@@ -306,6 +306,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     """Run every point under one Session; rank 0 prints and writes."""
     import dataclasses
 
+    from commbench.measure.points import measure_points
     from commbench.measure.session import Session
     from commbench.sizes import format_size
     from commbench.tables import Table
@@ -315,18 +316,12 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
     with Session(launch, opts, first_timing) as s:
         assert s.world is not None and s.runner is not None  # opened by the session
         if s.is_root:  # the records (and their schema module) are rank 0's alone: ~20 ms a rank
-            from commbench.measure.point_records import (
-                point_facts,
-                point_record,
-                point_totals,
-                step_record,
-            )
+            from commbench.measure.point_records import point_facts
         layouts = [dataclasses.replace(pt.layout, nodes=s.nodes) for pt in points]
         plans = [
             plan(pt.program, lay, opts.backend, max_bytes_for(pt, cli_max))
             for pt, lay in zip(points, layouts)
         ]
-        s.runner.reserve([(m.step, m.info) for pl in plans for m in pl])
         hosts = len(set(s.nodes)) or 1
         budgets = sorted({max_bytes_for(pt, cli_max) for pt in points})
         s.say(
@@ -345,21 +340,10 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
         )
         table = Table(point_columns())
         bad_points = 0
-        for pt, pl in zip(points, plans):
-            s.runner.cfg = timings[id(pt.run)]
-            results = []
-            for m in pl:
-                rec = s.runner.measure(m.step, m.info)
-                if rec is not None:  # rank 0: every measurement, and the writer
-                    assert s.writer is not None
-                    results.append(rec)
-                    s.writer.write(step_record(suite, pt, m, rec, opts.backend).to_json())
-            if not s.is_root:
-                continue
-            totals = point_totals(pt, pl, results)
+        point_timings = [timings[id(pt.run)] for pt in points]
+        for done in measure_points(s, suite, points, plans, opts.backend, point_timings):
+            pt, pl, results, totals = done.point, done.plan, done.records, done.totals
             bad_points += totals.wrong > 0
-            assert s.writer is not None
-            s.writer.write(point_record(suite, pt, totals, opts.backend, pl).to_json())
             table.row(
                 pt.index,
                 pt.program.pattern,
