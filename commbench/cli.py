@@ -9,6 +9,7 @@ communication starts becomes one line from rank 0 and exit status 2 on every ran
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib
 import os
@@ -18,7 +19,7 @@ import time
 from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
 from commbench.measure import diag
-from commbench.measure.launch import detect
+from commbench.measure.launch import detect, exit_status_file
 
 COMMANDS = {
     "run": "commbench.commands.run",
@@ -101,10 +102,24 @@ def main(argv: list[str] | None = None) -> int:
     # by bench/startup.py); commbench does no BLAS work that threads would speed up, and 16
     # ranks on a small node pay it 16 times. A user's own setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    status = [EXIT_FAILURE]  # what an exception escaping _main (COMMBENCH_DEBUG) leaves
+    if (path := exit_status_file()) is not None:
+        # registered before mpi4py is imported, so it runs after MPI_Finalize (atexit is LIFO):
+        # a file says the rank got all the way out; os._exit (crash, abort) leaves none
+        atexit.register(_leave_exit_status, path, status)
     try:
-        return _main(sys.argv[1:] if argv is None else argv)
+        status[0] = _main(sys.argv[1:] if argv is None else argv)
+        return status[0]
+    except SystemExit as e:  # argparse's usage errors leave through sys.exit
+        status[0] = e.code if isinstance(e.code, int) else EXIT_FAILURE
+        raise
     finally:
         diag.dump(detect().rank)
+
+
+def _leave_exit_status(path: str, status: list[int]) -> None:
+    with open(path, "w") as f:
+        f.write(f"{status[0]}\n")
 
 
 def _main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ from commbench.emulate.topology import (
 )
 from commbench.errors import UsageError
 
-from conftest import REPO, commbench_cmd, job_env, needs_torch, run_single
+from conftest import REPO, commbench_cmd, job_env, mpirun_path, needs_torch, run_single
 
 # ---------------------------------------------------------------- pure: rates, names, commands
 
@@ -392,6 +392,36 @@ def test_ctrl_c_stops_the_job_and_tears_everything_down(tmp_path):
     assert meta["status"] == "interrupted", out
     assert _system_state() == before
     assert not [ns for ns in netns.list_namespaces() if ns.startswith(TAG)]
+
+
+def _crashing_launcher(tmp_path, n: int, ranks: int, *args: str) -> jobs.Job:
+    """Real mpirun with real ranks, then the launcher dies by SIGABRT, as Open MPI 5.0's
+    prterun now and then does tearing down (a pthread mutex assertion, status 134)."""
+    mpirun = [mpirun_path(), "-n", str(n), "--oversubscribe", "-x", "COMMBENCH_STATUS_DIR"]
+    line = subprocess.list2cmdline([*mpirun, *commbench_cmd(*args)])
+    status = tmp_path / "status"
+    env = job_env({"COMMBENCH_STATUS_DIR": str(status)})
+    return jobs.Job([["/bin/sh", "-c", f"{line}; kill -ABRT $$"]], env, {}, signal.SIGUSR1,
+                    status, ranks)  # fmt: skip
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    ("n", "ranks", "args", "want"),
+    [
+        (2, 2, ("run", "allreduce", "-b", "8", "-e", "8", "-n", "2", "-w", "1"), 0),
+        (1, 1, ("run", "allreduce", "-b", "3x"), 2),  # the ranks' usage error, not the crash
+        (1, 2, ("run", "allreduce", "-b", "8", "-e", "8", "-n", "2", "-w", "1"), 134),
+    ],
+)
+def test_a_launcher_crashing_after_every_rank_exited_reports_the_ranks_status(
+    tmp_path, capfd, n, ranks, args, want
+):
+    """With a rank missing its status (n < ranks) the launcher's own 134 stands."""
+    job = _crashing_launcher(tmp_path, n, ranks, *args, "--results", str(tmp_path))
+    assert jobs.run(job) == want
+    said = capfd.readouterr().err
+    assert ("after all" in said) == (want != 134), said
 
 
 def test_emulate_is_in_the_command_registry():

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from commbench.emulate.topology import EmulatedCluster
 from commbench.errors import UsageError
+from commbench.measure.launch import ENV_STATUS_DIR
 
 EAGER_LIMIT = 256 << 20  # above what a sweep sends at emulated rates (256 MiB at 400 Mbit/s: 5 s)
 MPI_SETTINGS = {
@@ -51,6 +52,8 @@ class Job:
     env: dict[str, str]
     truth: dict
     stop_signal: int  # graceful stop: mpirun forwards SIGUSR1 to ranks; torchrun, SIGTERM
+    status_dir: Path  # each rank leaves its exit status here (launch.leave_exit_status)
+    ranks: int
 
 
 def find_launcher(name: str) -> str:
@@ -123,13 +126,13 @@ def mpi_job(c: EmulatedCluster, command: list[str], workdir: Path) -> Job:
         argv += ["--mca", key, value]
     settings = {"bind_to": "none", **{f"mca:{k}": v for k, v in MPI_SETTINGS.items()}}
     truth = c.ground_truth("mpirun", settings)
-    env = _job_env(truth)
+    env = _job_env(truth, workdir)
     # emulate runs as root (namespaces need it); Open MPI refuses root unless told twice
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     for name in sorted(k for k in env if k.startswith(("COMMBENCH_", "PYTHON"))):
         argv += ["-x", name]
     argv += [str(wrapper), *commbench_argv(command)]
-    return Job([_enter(c, 0) + argv], env, truth, signal.SIGUSR1)
+    return Job([_enter(c, 0) + argv], env, truth, signal.SIGUSR1, _status_dir(workdir), c.world)
 
 
 def gloo_job(c: EmulatedCluster, command: list[str], workdir: Path) -> Job:
@@ -148,16 +151,23 @@ def gloo_job(c: EmulatedCluster, command: list[str], workdir: Path) -> Job:
         + commbench_argv(command)
         for node in range(c.nodes)
     ]
-    return Job(argvs, _job_env(truth), truth, signal.SIGTERM)
+    return Job(
+        argvs, _job_env(truth, workdir), truth, signal.SIGTERM, _status_dir(workdir), c.world
+    )
 
 
-def _job_env(truth: dict) -> dict[str, str]:
+def _status_dir(workdir: Path) -> Path:
+    return workdir / "status"
+
+
+def _job_env(truth: dict, workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])  # commbench runs from here on every node
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
     env[ENV_TOPOLOGY] = json.dumps(truth, separators=(",", ":"))
+    env[ENV_STATUS_DIR] = str(_status_dir(workdir))
     return env
 
 
@@ -168,8 +178,10 @@ def describe(job: Job) -> str:
 def run(job: Job) -> int:
     """Start every launcher; the first to fail (or a stop signal) ends the others.
 
-    Returns the job's exit status: 0, the failing launcher's status, or 130 on Ctrl-C.
+    Returns the job's exit status: 0, the failing launcher's status, or 130 on Ctrl-C. A
+    launcher that dies by a signal after every rank left its status reports the ranks' status.
     """
+    job.status_dir.mkdir(exist_ok=True)
     procs = [subprocess.Popen(a, env=job.env, start_new_session=True) for a in job.argvs]
     stopped: list[int] = []
 
@@ -189,10 +201,30 @@ def run(job: Job) -> int:
         codes = [p.wait() for p in procs]
         if status == 0:
             status = next((rc for rc in codes if rc), 0)
-        return 128 + abs(status) if status < 0 else status
+        status = 128 + abs(status) if status < 0 else status
+        if status > 128 and not stopped:
+            return _ranks_status(job, status)
+        return status
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)
+
+
+def _ranks_status(job: Job, launcher_status: int) -> int:
+    """The ranks' own status (the first non-zero, by rank) if every rank left one, else the
+    launcher's: a launcher that crashed tearing down does not overrule what its ranks decided."""
+    left = sorted(job.status_dir.glob("rank*.status"))
+    if len(left) < job.ranks:
+        return launcher_status
+    codes = [int(f.read_text()) for f in sorted(left, key=lambda f: int(f.stem[4:]))]
+    status = next((rc for rc in codes if rc), 0)
+    print(
+        f"commbench emulate: the launcher ended with status {launcher_status} after all "
+        f"{job.ranks} ranks had exited; their status: {status}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return status
 
 
 def _stop(procs: list[subprocess.Popen], sig: int) -> None:

@@ -106,3 +106,18 @@ def oversubscription_warning(found: list[dict]) -> str | None:
         "not the interconnect, and the numbers are not meaningful (use at most one rank per "
         "core; the README's 'On a small box' says how)"
     )
+
+
+ENV_STATUS_DIR = "COMMBENCH_STATUS_DIR"  # set by `commbench emulate`: where ranks leave status
+
+
+def exit_status_file(env: Mapping[str, str] | None = None) -> str | None:
+    """Where this rank leaves its exit status (`<COMMBENCH_STATUS_DIR>/rank<r>.status`), if asked.
+
+    A launcher can crash tearing down after its ranks exited (Open MPI 5.0's prterun aborts on a
+    pthread mutex assertion now and then: status 134 instead of the ranks' own); the caller that
+    set the directory then still knows what the ranks decided.
+    """
+    env = os.environ if env is None else env
+    folder = env.get(ENV_STATUS_DIR)
+    return os.path.join(folder, f"rank{detect(env).rank}.status") if folder else None
