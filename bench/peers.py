@@ -1,7 +1,7 @@
 """commbench beside the C tools OSU and IMB users know: the side-by-side ratio table.
 
     python bench/peers.py --osu ~/src/osu-micro-benchmarks-7.4 --imb ~/src/mpi-benchmarks \
-        [--ranks 2,4] [--rounds 5] [--buffers plain] [--max 4M]
+        [--ranks 2,4] [--rounds 5] [--buffers plain] [--max 4M] [--sizes-per-job 4] [--control]
 
 Builds OSU Micro-Benchmarks (configure + make of the pt2pt and blocking collective programs)
 and IMB-MPI1 from the source directories given, with the mpicc of the MPI mpi4py loaded, into
@@ -134,14 +134,16 @@ def parse_imb(text: str) -> dict[str, dict[int, float]]:
 
 
 # ---- one round ------------------------------------------------------------------------------
-def run_commbench(op: str, n: int, hi: int, args: argparse.Namespace) -> dict[int, float]:
-    """Size (OSU's) -> commbench's time (us): one sweep, or two with OSU's counts."""
+def run_commbench(op: str, n: int, lo: int, hi: int, args: argparse.Namespace) -> dict[int, float]:
+    """Size (OSU's) -> commbench's time (us) at lo..hi: one sweep, or two with OSU's counts."""
     if args.iters == "adapt":
-        return _commbench_sweep(op, n, 8, hi, [], args)
+        return _commbench_sweep(op, n, lo, hi, [], args)
     small, large = OSU_ITERS["pingpong" if op == "pingpong" else "collective"]
-    got = _commbench_sweep(op, n, 8, min(hi, OSU_LARGE), _counts(small), args)
+    got = {}
+    if lo <= OSU_LARGE:
+        got |= _commbench_sweep(op, n, lo, min(hi, OSU_LARGE), _counts(small), args)
     if hi > OSU_LARGE:
-        got |= _commbench_sweep(op, n, 2 * OSU_LARGE, hi, _counts(large), args)
+        got |= _commbench_sweep(op, n, max(lo, 2 * OSU_LARGE), hi, _counts(large), args)
     return got
 
 
@@ -164,29 +166,45 @@ def _commbench_sweep(
     return {r["bytes"] // scale: float(r[args.stat]) for r in records if r["wrong"] == 0}
 
 
+def size_chunks(lo: int, hi: int, per_job: int) -> list[tuple[int, int]]:
+    """lo..hi (powers of 2) in runs of `per_job` sizes, one job per tool each (0: all in one)."""
+    sizes = [1 << k for k in range(lo.bit_length() - 1, hi.bit_length())]
+    step = per_job or len(sizes)
+    return [
+        (part[0], part[-1]) for part in (sizes[i : i + step] for i in range(0, len(sizes), step))
+    ]
+
+
 def one_round(
     osu: Path | None, imb: Path | None, ranks: list[int], hi: int, args, turn: int = 0
 ) -> dict:
-    """Every (tool, op, ranks, size) once, tool by tool within each rank count and op; the
-    tools' order changes with `turn` (job_order), and each job starts after a pause, so the
-    previous job's exit (its ranks and mpirun leaving) lands on each tool alike rather than on
-    the one after commbench (that put OSU's small sizes, measured first, 1.3-2x slow)."""
+    """Every (tool, op, ranks, size) once, tool by tool within each rank count, op and chunk of
+    sizes (`--sizes-per-job`); the tools' order changes with `turn` and the chunk (job_order),
+    and each job starts after a pause, so the previous job's exit (its ranks and mpirun
+    leaving) lands on each tool alike rather than on the one after commbench (that put OSU's
+    small sizes, measured first, 1.3-2x slow). Short chunks keep the tools' jobs on one size
+    seconds apart, inside one of this VM's host states (which last seconds)."""
     got: dict[Key, float] = {}
     for n in ranks:
         for op in OPS:
             if op == "pingpong" and n != 2:
                 continue
-            jobs = [("commbench", lambda op=op, n=n: run_commbench(op, n, hi, args))]
-            if osu is not None:
-                jobs.append(("osu", lambda op=op, n=n: run_osu(osu, op, n, hi)))
-                if args.control:  # OSU a second time: the A/A control
-                    jobs.append(("osu-again", lambda op=op, n=n: run_osu(osu, op, n, hi)))
-            if imb is not None:
-                jobs.append(("imb", lambda op=op, n=n: run_imb(imb, op, n, hi)))
-            for who, job in job_order(jobs, turn, control=args.control):
-                time.sleep(PAUSE_S)
-                for size, t in job().items():
-                    got[who, op, n, size] = t
+            for c, (a, b) in enumerate(size_chunks(8, hi, args.sizes_per_job)):
+                jobs = [
+                    ("commbench", lambda op=op, n=n, a=a, b=b: run_commbench(op, n, a, b, args))
+                ]
+                if osu is not None:
+                    jobs.append(("osu", lambda op=op, n=n, a=a, b=b: run_osu(osu, op, n, a, b)))
+                    if args.control:  # OSU a second time: the A/A control
+                        jobs.append(
+                            ("osu-again", lambda op=op, n=n, a=a, b=b: run_osu(osu, op, n, a, b))
+                        )
+                if imb is not None:
+                    jobs.append(("imb", lambda op=op, n=n, a=a, b=b: run_imb(imb, op, n, a, b)))
+                for who, job in job_order(jobs, turn + c, control=args.control):
+                    time.sleep(args.pause)
+                    for size, t in job().items():
+                        got[who, op, n, size] = t
     return got
 
 
@@ -202,13 +220,13 @@ def job_order(jobs: list, turn: int, control: bool) -> list:
     return jobs[k:] + jobs[:k]
 
 
-def run_osu(osu: Path, op: str, n: int, hi: int) -> dict[int, float]:
-    argv = [str(osu / OSU_PROGRAMS[op]), "-m", f"8:{hi}", *OSU_TYPE.get(op, [])]
+def run_osu(osu: Path, op: str, n: int, lo: int, hi: int) -> dict[int, float]:
+    argv = [str(osu / OSU_PROGRAMS[op]), "-m", f"{lo}:{hi}", *OSU_TYPE.get(op, [])]
     return parse_osu(mpirun(n, argv, timeout=900))
 
 
-def run_imb(imb: Path, op: str, n: int, hi: int) -> dict[int, float]:
-    argv = [str(imb), "-msglog", f"3:{hi.bit_length() - 1}", "-time", "60"]
+def run_imb(imb: Path, op: str, n: int, lo: int, hi: int) -> dict[int, float]:
+    argv = [str(imb), "-msglog", f"{lo.bit_length() - 1}:{hi.bit_length() - 1}", "-time", "60"]
     argv += ["-npmin", str(n), IMB_BENCHMARKS[op]]
     return parse_imb(mpirun(n, argv, timeout=900)).get(IMB_BENCHMARKS[op], {})
 
@@ -287,6 +305,16 @@ def main() -> int:
         action="store_true",
         help="run OSU twice a round and print OSU / OSU beside commbench / OSU: the A/A test "
         "of how many cells this machine's run-to-run noise alone puts outside the band",
+    )
+    ap.add_argument(
+        "--sizes-per-job",
+        type=int,
+        default=0,
+        help="sizes per job, the tools taking turns on each run of sizes (default: the whole "
+        "sweep in one job per tool)",
+    )
+    ap.add_argument(
+        "--pause", type=float, default=PAUSE_S, help="seconds between jobs (default: %(default)s)"
     )
     ap.add_argument("--json", default=None, help="write the headline rows here")
     ap.add_argument("--raw", default=None, help="write every round's times here (JSON)")

@@ -108,3 +108,11 @@ def test_control_keeps_both_pairs_neighbours_in_every_round(peers):
     # without it every tool takes every place
     firsts = {peers.job_order(jobs, turn, control=False)[0] for turn in range(3)}
     assert firsts == set(jobs)
+
+
+def test_sizes_per_job_cover_the_sweep_once_in_runs_of_that_many(peers):
+    assert peers.size_chunks(8, 4 << 20, 0) == [(8, 4 << 20)]
+    chunks = peers.size_chunks(8, 4 << 20, 4)
+    assert chunks[:2] == [(8, 64), (128, 1024)] and chunks[-1] == (1 << 19, 4 << 20)
+    covered = [1 << k for a, b in chunks for k in range(a.bit_length() - 1, b.bit_length())]
+    assert covered == [1 << k for k in range(3, 23)]
