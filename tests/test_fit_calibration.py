@@ -14,6 +14,7 @@ from fit_samples import collective_records, write_run
 
 from commbench import calibration
 from commbench.calibration.costmodels import model_time
+from commbench.calibration.lines import predict_segments, residual_ratio
 from commbench.errors import UsageError
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
@@ -126,6 +127,36 @@ def test_predict_inside_the_measured_range(cal):
     e = cal.explain("allreduce", 1 << 20, 8, "inter")
     assert e.method == "measured segment" and not e.extrapolated and e.kind == "measured"
     assert e.seconds == pytest.approx(ring("allreduce", 8, 1 << 20, A_INTER, B_INTER), rel=1e-6)
+
+
+def test_residual_ratio_interpolates_log_log_and_holds_beyond_the_ends():
+    knots = [(1024, 1.0), (4096, 4.0)]
+    assert residual_ratio(knots, 2048) == pytest.approx(2.0)  # halfway in log size
+    assert residual_ratio(knots, 4096) == 4.0 and residual_ratio(knots, 1024) == 1.0
+    assert residual_ratio(knots, 8) == 1.0 and residual_ratio(knots, 1 << 30) == 4.0
+    assert residual_ratio([], 2048) == 1.0
+
+
+def test_noisy_series_predicts_its_medians_and_the_line_between_them(tmp_path):
+    """At a measured size the calibration gives that size's measurement; between two sizes
+    the line's shape at the level of the two measurements around it."""
+    recs = collective_records("allreduce", 4, 5e-6, 1e-10, noise=0.1, seed=3)
+    doc, _, _ = calibrate.build(collect(read_fit_runs([write_run(tmp_path, "n", recs)])),
+                                FitOptions(bootstrap=0))  # fmt: skip
+    cal = calibration.Calibration(doc)
+    for r in recs:
+        assert cal.predict("allreduce", r["bytes"], 4, "intra") == pytest.approx(
+            r["time_us"] * 1e-6,
+            rel=1e-5,  # time_us as the record rounds it
+        )
+    (series,) = cal.series
+    lo, hi = recs[10], recs[11]
+    mid = int((lo["bytes"] * hi["bytes"]) ** 0.5)
+    line = predict_segments(series.segments, mid)
+    ratios = [r["time_us"] * 1e-6 / predict_segments(series.segments, r["bytes"]) for r in (lo, hi)]
+    assert cal.predict("allreduce", mid, 4, "intra") == pytest.approx(
+        line * (ratios[0] * ratios[1]) ** 0.5, rel=1e-5
+    )
 
 
 def test_alltoallv_uses_the_alltoall_series(cal):
@@ -250,6 +281,8 @@ def test_schema_ships_with_the_package():
         (lambda d: d.update(schema_version=2), "schema_version 2"),
         (lambda d: d["series"][0].update(bytes_max=1), "disagree with its segments"),
         (lambda d: d["series"].append(copy.deepcopy(d["series"][0])), "a second series"),
+        (lambda d: d["series"][0]["knots"].reverse(), "knots: sizes not strictly ascending"),
+        (lambda d: d["series"][0]["knots"][0].update(ratio=0.0), "ratio"),
     ],
 )
 def test_bad_calibrations_fail_validation(cal, tmp_path, mutate, message):

@@ -11,6 +11,7 @@ import pytest
 from fit_samples import collective_records, write_run
 
 from commbench import calibration, cli
+from commbench.calibration.lines import predict_segments
 
 from conftest import run_mpi, run_single
 
@@ -139,8 +140,14 @@ def test_real_mpirun_sweep_is_fitted_and_tracked(tmp_path):
     pred = [cal.predict("allreduce", r["bytes"], 4, "intra") for r in recs]
     meas = [r["time_us"] * 1e-6 for r in recs]
     assert np.corrcoef(np.log(pred), np.log(meas))[0, 1] > 0.9, (pred, meas)
-    assert np.median(errs) < 0.5, sorted(errs)
-    assert np.median(errs) == pytest.approx(cal.doc["series"][0]["median_rel_err"], rel=1e-6)
+    # at a measured size the calibration gives the measurement (the line times its knot);
+    # the line alone misses it by the fit's stated in-sample error
+    assert np.median(errs) < 1e-9, sorted(errs)  # every size but an outlier one
+    (series,) = cal.series
+    form = [abs(predict_segments(series.segments, r["bytes"]) / (r["time_us"] * 1e-6) - 1)
+            for r in recs]  # fmt: skip
+    assert 0 < np.median(form) < 0.5, sorted(form)
+    assert np.median(form) == pytest.approx(cal.doc["series"][0]["median_rel_err"], rel=1e-6)
     assert cal.doc["provenance"]["runs"][0]["backend"] == "mpi"
 
 

@@ -118,6 +118,9 @@ def validate(doc: Any, source: str = "calibration") -> None:
                 raise UsageError(f"{where}.segments[{k}]: overlaps or precedes the segment before")
         if segs[0]["bytes_min"] != s["bytes_min"] or segs[-1]["bytes_max"] != s["bytes_max"]:
             raise UsageError(f"{where}: bytes_min/bytes_max disagree with its segments")
+        sizes = [k["bytes"] for k in s.get("knots", ())]
+        if sizes != sorted(set(sizes)):
+            raise UsageError(f"{where}.knots: sizes not strictly ascending")
     for i, link in enumerate(doc["link_table"]):
         if link["best_model"] not in link["models"]:
             raise UsageError(

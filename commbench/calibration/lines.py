@@ -1,10 +1,11 @@
-"""A calibration's lines: the piecewise alpha-beta segments of one measured series, and a link's
-alpha-beta under a named algorithm model (Thakur, Rabenseifner & Gropp 2005). predict() picks
-one; this module evaluates it."""
+"""A calibration's lines: the piecewise alpha-beta segments of one measured series (with its
+measured residuals), and a link's alpha-beta under a named algorithm model (Thakur,
+Rabenseifner & Gropp 2005). predict() picks one; this module evaluates it."""
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -42,6 +43,24 @@ def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
     return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)
 
 
+def residual_ratio(knots: Sequence[tuple[int, float]], nbytes: float) -> float:
+    """measured / line at nbytes, from a series' knots ((bytes, ratio) at each trusted
+    measured size, ascending): log-log interpolation between the two sizes around nbytes, the
+    nearest knot's ratio outside them, 1 with none. The line gives the shape between two
+    measured sizes, their measurements the level: inside the measured range this is never
+    further from the neighbours' medians than interpolating them (bench/fit_accuracy.py)."""
+    if not knots:
+        return 1.0
+    i = bisect_left([b for b, _ in knots], nbytes)
+    if i == 0 or i == len(knots):
+        return knots[min(i, len(knots) - 1)][1]
+    (b0, r0), (b1, r1) = knots[i - 1], knots[i]
+    if b0 <= 0:
+        return r1
+    f = math.log(nbytes / b0) / math.log(b1 / b0)
+    return math.exp((1 - f) * math.log(r0) + f * math.log(r1))
+
+
 def segment_for(segments: Sequence[SegmentLike], nbytes: float) -> SegmentLike:
     """The segment holding nbytes; in a gap between two segments the boundary is the geometric
     mean of their neighbouring measured sizes; outside the measured range the nearest segment
@@ -66,9 +85,11 @@ class SeriesModel:
     bytes_max: int
     segments: tuple[Line, ...]
     shapes: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node) measured
+    knots: tuple[tuple[int, float], ...] = ()  # (bytes, measured / line) per measured size
 
     def at(self, nbytes: float) -> float:
-        return predict_segments(list(self.segments), nbytes)
+        """The line at nbytes times the measured residual there (residual_ratio)."""
+        return predict_segments(list(self.segments), nbytes) * residual_ratio(self.knots, nbytes)
 
     def covers(self, nbytes: float) -> bool:
         return self.bytes_min <= nbytes <= self.bytes_max
