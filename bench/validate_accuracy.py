@@ -3,6 +3,7 @@
     python bench/validate_accuracy.py --np 2          # measure, fit, validate (2 MPI ranks)
     python bench/validate_accuracy.py --np 8 --out bench/_build/val8
     python bench/validate_accuracy.py --reuse bench/_build/val   # re-validate existing runs
+    python bench/validate_accuracy.py --reuse bench/_build/val --steps   # and every step
 
 Steps (all real: mpirun, mpi backend), `--repeats` rounds made in turn: a `collectives` suite
 run (the fitter's input; sizes 8 B..64 MiB, every `--factor`; the suite's ops plus alltoallv),
@@ -19,12 +20,18 @@ iterations, and one 4 ms scheduler tick in 10 moved the median of a 0.5 ms step:
 were bimodal, 0.5 or 8.5 ms), medians throughout. Per strategy: PASS when the median |error|
 is within max(20%, the noise floor the calibration states), else FAIL; the exit status is 1
 if any fails. Prints the load average before and after (the machine is shared).
+`--steps` splits each error: every suite step's predicted and measured time per op beside what
+the same rounds' sweep measured for that op at that S (log-log between its two sizes around S):
+predicted / sweep is the fit at that size, measured / sweep the step against the sweep's op
+(another variant, another state of the machine, or noise: the step's own spread beside it);
+validation.json keeps the table (`extrapolate.steps`) either way.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -114,7 +121,92 @@ def per_point(rows: list[dict]) -> list[dict]:
     return out
 
 
-def report(out: Path) -> tuple[dict, bool]:
+def sweep_times(out: Path) -> dict[tuple[str, int, str], dict[int, float]]:
+    """The sweeps' own times: (op, group size, link class) -> S -> median over the rounds (s)."""
+    from commbench.results.rundir import read_run
+
+    got: dict[tuple[str, int, str], dict[int, list[float]]] = {}
+    for path in sorted(out.glob("collectives-r*")):
+        for r in read_run(path).records:
+            if r.get("kind") == "step" and not r.get("wrong"):
+                key = (r["op"], r["group_size"], r["link_class"])
+                got.setdefault(key, {}).setdefault(r["bytes"], []).append(r["time_us"] * 1e-6)
+    return {k: {n: median(ts) for n, ts in v.items()} for k, v in got.items()}
+
+
+def sweep_at(series: dict[int, float] | None, nbytes: int) -> float | None:
+    """The sweep's time at S: measured, or log-log between the two measured sizes around it;
+    None outside the sweep (or without one)."""
+    if not series:
+        return None
+    if nbytes in series:
+        return series[nbytes]
+    lo = max((n for n in series if n < nbytes), default=None)
+    hi = min((n for n in series if n > nbytes), default=None)
+    if lo is None or hi is None:
+        return None
+    f = math.log(nbytes / lo) / math.log(hi / lo)
+    return series[lo] ** (1 - f) * series[hi] ** f
+
+
+def step_table(rows: list[dict], sweep: dict) -> list[dict]:
+    """Every suite step against the same sweep at its S: predicted, measured (medians over the
+    rounds) and the sweep, per op. predicted / sweep off 1 is the fit mispredicting the op
+    there; measured / sweep off 1 is the step running something the sweep's op does not (or
+    noise: its rounds' spread stands beside it)."""
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        for st in r["steps"]:
+            if st["measured_s"] and st["predicted_s"] is not None and st["repeat"]:
+                key = (r["pattern"], r["run"], r["point"], r["config"], r["options"], st["index"])
+                by.setdefault(key, []).append(st)
+    out = []
+    for (pattern, _, point, config, options, _), sts in by.items():
+        st = sts[0]
+        meas = [s["measured_s"] / s["repeat"] for s in sts]
+        pred = median(s["predicted_s"] / s["repeat"] for s in sts)
+        sw = sweep_at(sweep.get((st["op"], st["group_size"], st["link_class"])), st["bytes"])
+        out.append(
+            {
+                "pattern": pattern,
+                "point": point,
+                "config": config,
+                "options": options,
+                "label": st["label"],
+                "op": st["op"],
+                "bytes": st["bytes"],
+                "repeat": st["repeat"],
+                "measured_s": median(meas),
+                "predicted_s": pred,
+                "sweep_s": sw,
+                "spread": validate.rerun_spread(meas),
+            }
+        )
+    return out
+
+
+def print_steps(steps: list[dict]) -> None:
+    """One line per suite step (per op: predicted, measured, the sweep at its S)."""
+    print("\n# per step, per op (medians over the rounds): pred/sweep = the fit at that S, ")
+    print("# meas/sweep = the step against the sweep's own op at that S (-: outside the sweep)")
+    print(
+        f"# {'strategy':<8} {'pt':>2} {'label':<26} {'op':<14} {'S':>10} {'repeat':>7} "
+        f"{'pred us':>9} {'meas us':>9} {'sweep us':>9} {'pred/sw':>7} {'meas/sw':>7} "
+        f"{'spread':>7}"
+    )
+    us = lambda v: f"{'-':>9}" if v is None else f"{1e6 * v:9.1f}"  # noqa: E731
+    ratio = lambda a, b: f"{'-':>7}" if not (a and b) else f"{a / b:7.2f}"  # noqa: E731
+    for s in steps:
+        spread = "-" if s["spread"] is None else f"{100 * s['spread']:.0f}%"
+        print(
+            f"  {s['pattern']:<8} {s['point']:>2} {s['label'][:26]:<26} {s['op']:<14} "
+            f"{s['bytes']:>10} {s['repeat']:>7.0f} {us(s['predicted_s'])} {us(s['measured_s'])} "
+            f"{us(s['sweep_s'])} {ratio(s['predicted_s'], s['sweep_s'])} "
+            f"{ratio(s['measured_s'], s['sweep_s'])} {spread:>7}"
+        )
+
+
+def report(out: Path, show_steps: bool = False) -> tuple[dict, bool]:
     runs = sorted(p for s in SUITES for p in out.glob(f"{s}-r*"))
     cal = calibration.load(out / "calibration.json")
     floor = (cal.doc.get("noise_floor") or {}).get("median_rel", 0.0)
@@ -163,6 +255,10 @@ def report(out: Path) -> tuple[dict, bool]:
             "  "
             + ", ".join(f"{k} {100 * median(v):+.0f}% ({len(v)})" for k, v in sorted(steps.items()))
         )
+        if extrapolate:
+            result[mode]["steps"] = table = step_table(rows, sweep_times(out))
+            if show_steps:
+                print_steps(table)
     print("\n" + ("PASS" if passed else "FAIL") + " (with extrapolation, every strategy)")
     return result, passed
 
@@ -176,6 +272,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--iters", type=int, default=40, help="timed iterations per step (0: budget)")
     ap.add_argument("--factor", type=float, default=2.0, help="size factor of the sweep")
+    ap.add_argument(
+        "--steps", action="store_true", help="print every step against the sweep at its size"
+    )
     args = ap.parse_args()
     out = args.reuse or args.out or REPO / "bench" / "_build" / time.strftime("val-%Y%m%d-%H%M%S")
     print(
@@ -186,7 +285,7 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         measure(out, args)
     fit(out, args.timeout)
-    result, passed = report(out)
+    result, passed = report(out, args.steps)
     print(f"\n# load average after: {load()}")
     (out / "validation.json").write_text(json.dumps(result, indent=1, default=str))
     return 0 if passed else 1

@@ -38,6 +38,7 @@ from commbench.measure.provenance import emulation
 from commbench.measure.runner import Interrupted, Runner, TimingConfig
 from commbench.measure.transport import library_versions, load_backend, open_world
 from commbench.measure.transport.base import Communicator
+from commbench.measure.transport.heap import keep_scratch
 from commbench.measure.watchdog import Watchdog, outside_guard
 from commbench.traffic.layout import host_map
 
@@ -208,6 +209,7 @@ class Session:
             "env": relevant_env(),
             "timing": self.timing.timing,
             "timing_loop": self.world.timing_info(),
+            "heap": keep_scratch(),
             "gpu_timer": self.timing.gpu_timer,
             "devices": self.devices,
             "timeout_s": self.opts.timeout_s,

@@ -48,7 +48,11 @@ def load_backend(backend: str) -> None:
 
 
 def open_world(backend: str, launch: LaunchInfo, timeout_s: float) -> Communicator:
-    """Initialise `backend` and return the world communicator."""
+    """Initialise `backend` and return the world communicator (the C heap's policy set first:
+    heap.keep_scratch)."""
+    from commbench.measure.transport.heap import keep_scratch
+
+    keep_scratch()
     if backend == "mpi":
         from commbench.measure.transport.mpi import MPICommunicator
 
