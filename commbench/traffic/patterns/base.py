@@ -183,10 +183,18 @@ def resolve_axis(layout: ParallelLayout, axis: str) -> GroupInfo:
     """Groups of a Step's axis: a layout axis (tp, dp-cp, ep, ...) or a sweep group."""
     m = _SWEEP_AXIS.match(axis)
     if m:
-        placement = "contiguous" if m.group(1) == "contig" else "strided"
-        info = sweep_mesh(layout.world, int(m.group(2)), placement, layout.nodes).info(Axis.GROUP)
-        return dataclasses.replace(info, axis=axis)
+        return _sweep_info(layout.world, axis, layout.nodes)
     return layout.info(axis)
+
+
+@functools.lru_cache(maxsize=256)
+def _sweep_info(world: int, axis: str, nodes: tuple[int, ...]) -> GroupInfo:
+    """A sweep axis's groups, once per world and axis (every step of a sweep asks)."""
+    m = _SWEEP_AXIS.match(axis)
+    assert m, axis
+    placement = "contiguous" if m.group(1) == "contig" else "strided"
+    info = sweep_mesh(world, int(m.group(2)), placement, nodes).info(Axis.GROUP)
+    return dataclasses.replace(info, axis=axis)
 
 
 # ---- options from suite files and flags ----
