@@ -19,9 +19,7 @@ import hashlib
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,7 +276,11 @@ def build_key(mpicc: str, version: str) -> str:
 
 def _build(mpicc: str, target: Path) -> str:
     """Compile into `target` once per cache entry (a lock serialises concurrent ranks);
-    returns "" or the reason it failed."""
+    returns "" or the reason it failed. Imports what only a build needs (every rank loads
+    this module before its first collective; one in a cache's lifetime builds)."""
+    import subprocess
+    import tempfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.with_suffix(".lock"), "w") as lock:
         deadline = time.monotonic() + COMPILE_TIMEOUT_S
