@@ -1,6 +1,6 @@
 """The parsed-suite cache (traffic/suitecache.py): a hit only for the same text of the same
-path, nothing cached that JSON would not give back, a broken or unwritable cache passed by, and
-a warm read of a suite that never imports yaml."""
+path, nothing cached that JSON would not give back or that failed to parse, a broken or
+unwritable cache passed by, built-in suites only, and a warm read that never imports yaml."""
 
 from __future__ import annotations
 
@@ -96,13 +96,26 @@ def test_built_in_suites_load_the_same_from_the_cache(cache, name):
     assert dataclasses.replace(warm, runs=()) == dataclasses.replace(cold, runs=())
 
 
-def test_invalid_yaml_is_never_cached(cache, tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("runs: [unclosed\n")
+def test_a_failed_parse_is_never_cached(cache, tmp_path):
+    def invalid(text):
+        raise UsageError("a.yaml: not valid YAML at line 2")
+
     for _ in range(2):
         with pytest.raises(UsageError, match="not valid YAML at line 2"):
-            load_suite(str(bad))
-    assert not cache.exists() or not any(cache.iterdir())
+            suitecache.load(tmp_path / "a.yaml", "runs: [unclosed\n", invalid)
+    assert not suitecache.entry(tmp_path / "a.yaml").exists()
+
+
+def test_only_built_in_suites_are_cached(cache, tmp_path):
+    """A user's suite file (often a temporary one) leaves no entry; a built-in one does."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((SUITES_DIR / "tp.yaml").read_text())
+    assert [vars(r) | {"where": ""} for r in load_suite(str(mine)).runs] == [
+        vars(r) | {"where": ""} for r in load_suite("tp").runs
+    ]
+    assert [p.name for p in cache.iterdir()] == [
+        suitecache.entry((SUITES_DIR / "tp.yaml").resolve()).name
+    ]
 
 
 def test_a_warm_read_imports_no_yaml(tmp_path):

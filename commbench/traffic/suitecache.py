@@ -1,11 +1,13 @@
-"""Parsed suite files, cached per user, so that a rank reads a suite without importing PyYAML.
+"""Parsed built-in suite files, cached per user, so that a rank reads one without PyYAML.
 
 Importing yaml costs a rank ~15 ms of CPU (its pure-Python modules and their regexes load even
 for libyaml's loader); on 16 ranks over 2 cores that is ~0.13 s before the first collective.
 A file whose parse is plain JSON data (mappings with text keys, lists, text, numbers,
 booleans, null) is kept as JSON together with the text it came from, one entry per path; a
 later read uses the entry only while the file's text is the same, character for character,
-so an edit (or a clock that lies about mtimes) never serves a stale parse. Entries are
+so an edit (or a clock that lies about mtimes) never serves a stale parse. Only the built-in
+suites are cached (suitefile decides), so the entries stay one per suite and install: a
+user's own files, often written to temporary directories, would leave one each. Entries are
 written to a private temporary file and renamed into place, so ranks that miss together each
 write a whole copy and a reader sees one whole copy; a cache that cannot be read or written
 is passed by silently: it only ever saves time. Errors are never cached (invalid YAML raises

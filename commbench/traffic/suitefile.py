@@ -163,6 +163,8 @@ def _read_yaml(path: Path) -> Any:
         raise UsageError(
             f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
         ) from None
+    if path.parent != SUITES_DIR:  # the cache keeps the built-in suites only (suitecache)
+        return _parse_yaml(text, path)
     return suitecache.load(path, text, lambda t: _parse_yaml(t, path))
 
 
