@@ -65,7 +65,7 @@ def _store(where: Path, path: Path, text: str, data: Any) -> None:
         return
     if json.loads(blob)["data"] != data:
         return
-    tmp = where.with_name(f".{where.name}.{os.getpid()}")
+    tmp = where.with_name(f".{where.name}.{os.uname().nodename}.{os.getpid()}")  # hosts share homes
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(blob)
