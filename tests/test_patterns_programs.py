@@ -349,6 +349,17 @@ def test_options_validation_names_fields():
     assert opts.max_bytes == MiB and opts.ops == ("allreduce",)
 
 
+@pytest.mark.parametrize("name", sorted(patterns.PATTERNS))
+def test_option_types_are_typing_own(name):
+    """The options' types, read once per annotation text, are what typing.get_type_hints says."""
+    import typing
+
+    from commbench.traffic.patterns.base import _hints
+
+    cls = patterns.get(name).Options
+    assert _hints(cls) == typing.get_type_hints(cls)
+
+
 def test_training_step_collects_every_strategy():
     lay = ParallelLayout(64, tp=2, cp=2, ep=4, pp=2)  # dp = 8
     progs = patterns.training_step(

@@ -294,22 +294,21 @@ def main(args: argparse.Namespace) -> int:
     opts = common.session_options(args, "suite", launch)
     from commbench.traffic.execution import plan
 
-    for pt in points:  # its bounds (pieces per step) fail here, before any communication
-        plan(pt.program, pt.layout, opts.backend, max_bytes_for(pt, cli_max))
+    # each point's plan: its bounds (pieces per step) fail here, before any communication
+    plans = [plan(pt.program, pt.layout, opts.backend, max_bytes_for(pt, cli_max)) for pt in points]
     common.check_buffer_flags(args, opts.backend)
     runs = list(dict.fromkeys(pt.run for pt in points))
     timings = {id(r): timing_for(args, r) for r in runs}
-    return measure(args, suite, points, cli_max, opts, launch, timings)
+    return measure(args, suite, points, plans, cli_max, opts, launch, timings)
 
 
-def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
+def measure(args, suite, points, plans, cli_max, opts, launch, timings) -> int:
     """Run every point under one Session; rank 0 prints and writes."""
     import dataclasses
 
     from commbench.measure.points import measure_points
     from commbench.measure.session import Session
     from commbench.sizes import format_size
-    from commbench.tables import Table
     from commbench.traffic.execution import plan
 
     first_timing = timings[id(points[0].run)]
@@ -317,11 +316,13 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
         assert s.world is not None and s.runner is not None  # opened by the session
         if s.is_root:  # the records (and their schema module) are rank 0's alone: ~20 ms a rank
             from commbench.measure.point_records import point_facts
-        layouts = [dataclasses.replace(pt.layout, nodes=s.nodes) for pt in points]
-        plans = [
-            plan(pt.program, lay, opts.backend, max_bytes_for(pt, cli_max))
-            for pt, lay in zip(points, layouts)
-        ]
+            from commbench.tables import Table
+        if len(set(s.nodes)) > 1:  # planned on one host: the groups' link classes change
+            layouts = [dataclasses.replace(pt.layout, nodes=s.nodes) for pt in points]
+            plans = [
+                plan(pt.program, lay, opts.backend, max_bytes_for(pt, cli_max))
+                for pt, lay in zip(points, layouts)
+            ]
         hosts = len(set(s.nodes)) or 1
         budgets = sorted({max_bytes_for(pt, cli_max) for pt in points})
         s.say(
@@ -338,11 +339,12 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
             "# comm = sum over steps of median(max over ranks) x repeat; bytes = sum of S x "
             "repeat per rank; busbw = bus bytes / comm"
         )
-        table = Table(point_columns())
+        table = Table(point_columns()) if s.is_root else None  # rank 0 prints it alone
         bad_points = 0
         point_timings = [timings[id(pt.run)] for pt in points]
         for done in measure_points(s, suite, points, plans, opts.backend, point_timings):
             pt, pl, results, totals = done.point, done.plan, done.records, done.totals
+            assert table is not None  # a point is done on rank 0 only
             bad_points += totals.wrong > 0
             table.row(
                 pt.index,
@@ -364,7 +366,7 @@ def measure(args, suite, points, cli_max, opts, launch, timings) -> int:
             if facts:
                 s.say("#   " + ", ".join(f"{f.label} {_fmt(f.value)}" for f in facts))
         if s.is_root:
-            assert s.writer is not None
+            assert s.writer is not None and table is not None
             checked = "checked" if first_timing.check else "not checked (--no-check)"
             table.note(f"Points with wrong data : {bad_points} of {len(points)} ({checked})")
             s.say(f"results: {s.writer.path}")

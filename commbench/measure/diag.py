@@ -10,7 +10,6 @@ and its peak RSS. Off (a dict look-up) otherwise.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import sys
@@ -45,6 +44,8 @@ def dump(rank: int) -> None:
     """Write this rank's diagnostics file (when enabled)."""
     if not _DIR:
         return
+    import json  # only when enabled: every rank imports this module
+
     mark("end")
     data = {
         "rank": rank,

@@ -4,9 +4,7 @@ the cores they share."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 
 ENV_PREFIXES = (
@@ -27,7 +25,10 @@ ENV_PREFIXES = (
 
 
 def git_revision() -> str | None:
-    """The commit commbench runs from, when it runs from a git checkout."""
+    """The commit commbench runs from, when it runs from a git checkout (rank 0's, at
+    start-up: subprocess is imported here, not by every rank)."""
+    import subprocess
+
     try:
         out = subprocess.run(
             ["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"],
@@ -55,4 +56,8 @@ def relevant_env() -> dict[str, str]:
 def emulation() -> dict | None:
     """The emulated topology this job runs on (ground truth for meta.json), if any."""
     text = os.environ.get(ENV_EMULATION)
-    return json.loads(text) if text else None
+    if not text:  # every rank asks before MPI starts: json only when there is a topology
+        return None
+    import json
+
+    return json.loads(text)

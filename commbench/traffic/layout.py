@@ -121,8 +121,19 @@ class Mesh:
         size = prod(self.dims[self.axes.index(n)] for n in names)
         return tuple(tuple(int(r) for r in row) for row in moved.reshape(-1, size))
 
+    @cached_property
+    def _infos(self) -> dict[str, GroupInfo]:
+        return {}
+
     def info(self, axis: str) -> GroupInfo:
-        """Groups of `axis` with size, stride, hosts spanned and link class."""
+        """Groups of `axis` with size, stride, hosts spanned and link class, worked out once
+        per axis (the mesh is frozen; a suite's points ask for the same axes step after step)."""
+        got = self._infos.get(axis)
+        if got is None:
+            got = self._infos[axis] = self._info(axis)
+        return got
+
+    def _info(self, axis: str) -> GroupInfo:
         groups = self.groups(axis)
         first = groups[0]
         steps = {b - a for a, b in zip(first, first[1:])}

@@ -31,11 +31,14 @@ class Overrides:
 
 
 def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
-    """KEY=VALUE flags, values read as YAML scalars or lists (`--set router=zipf`)."""
+    """KEY=VALUE flags, values read as YAML scalars or lists (`--set router=zipf`); yaml is
+    imported only when there are some (every rank of a suite asks, flags or not)."""
+    out: dict[str, Any] = {}
+    if not items:
+        return out
     import yaml
 
-    out = {}
-    for item in items or []:
+    for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")

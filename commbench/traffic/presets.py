@@ -130,11 +130,11 @@ def parse_model_arg(text: str) -> ModelShape:
     """`--model llama-7b`, `--model llama-7b:layers=8,seq_len=2048`, a new shape
     `--model tiny:layers=4,hidden=256,ffn_hidden=512,heads=8`, or a Hugging Face config.json
     the user has, `--model path/to/config.json[:seq_len=8192]`."""
-    import yaml
-
     name, colon, rest = text.partition(":")
     if not colon and not name.endswith(".json"):
         return get_model(name, "--model")
+    import yaml  # for the values only
+
     data: dict[str, Any] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.traffic import bounds, patterns
+from commbench.traffic import bounds, patterns, suitecache
 from commbench.traffic.layout import DEFAULT_ORDER, Axis, parse_order
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import field_path
@@ -155,8 +155,6 @@ def find_suite(ref: str, base: Path | None = None) -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    import yaml
-
     try:
         text = path.read_text()
     except OSError as e:
@@ -165,6 +163,14 @@ def _read_yaml(path: Path) -> Any:
         raise UsageError(
             f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
         ) from None
+    if path.parent != SUITES_DIR:  # the cache keeps the built-in suites only (suitecache)
+        return _parse_yaml(text, path)
+    return suitecache.load(path, text, lambda t: _parse_yaml(t, path))
+
+
+def _parse_yaml(text: str, path: Path) -> Any:
+    import yaml
+
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~50 ms less per rank
     try:
         return yaml.load(text, Loader=loader)

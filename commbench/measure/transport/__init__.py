@@ -22,14 +22,13 @@ def resolve_backend(name: str, launch: LaunchInfo) -> str:
     name = name.lower()
     if name not in BACKENDS:
         raise UsageError(f"unknown backend {name!r}: choose from {', '.join(BACKENDS)}")
-    build = torch_build()
     if name in ("auto", "nccl"):
-        problem = nccl_problem(launch, build, visible_gpus())
+        problem = nccl_problem(launch, torch_build(), visible_gpus())
         if name == "nccl" and problem:
             raise UsageError(problem)
         if name == "auto":
             name = "nccl" if problem is None else "gloo" if launch.launcher == "torchrun" else "mpi"
-    if name == "gloo" and build.version is None:
+    if name == "gloo" and torch_build().version is None:
         raise UsageError("backend gloo needs torch: pip install 'commbench[torch]'")
     if name == "mpi" and importlib.util.find_spec("mpi4py") is None:
         raise UsageError("backend mpi needs mpi4py: pip install mpi4py")

@@ -19,9 +19,7 @@ import hashlib
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,7 +250,10 @@ def find_mpicc() -> str | None:
     try:
         import mpi4py
 
-        candidates.append(str(mpi4py.get_config().get("mpicc", "")))
+        # get_config reads mpi.cfg with configparser, ~3 ms a rank before the first collective
+        # even when there is none to read (mpi4py 4 ships none; a packager may add one)
+        if (Path(mpi4py.__file__).parent / "mpi.cfg").is_file():
+            candidates.append(str(mpi4py.get_config().get("mpicc", "")))
     except Exception:  # an odd build config must not break timing: fall through
         pass
     lib = _loaded_libmpi()
@@ -278,7 +279,11 @@ def build_key(mpicc: str, version: str) -> str:
 
 def _build(mpicc: str, target: Path) -> str:
     """Compile into `target` once per cache entry (a lock serialises concurrent ranks);
-    returns "" or the reason it failed."""
+    returns "" or the reason it failed. Imports what only a build needs (every rank loads
+    this module before its first collective; one in a cache's lifetime builds)."""
+    import subprocess
+    import tempfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.with_suffix(".lock"), "w") as lock:
         deadline = time.monotonic() + COMPILE_TIMEOUT_S
