@@ -175,3 +175,26 @@ def test_reduce_scatter_basic_linear_runs_the_reduce_its_rules_pick(p, want):
     3 ranks pipeline unsegmented (2 hops of S), 2 ranks one message."""
     assert chosen("reduce_scatter", p, 4 << 20) == 1
     assert library_coefficients(OPENMPI, "reduce_scatter", p, 4 << 20) == pytest.approx(want)
+
+
+def test_the_library_prices_an_op_only_where_it_fits_as_well_from_64k_up_too():
+    """The 2-rank reduce_scatter of a sweep here: the library as good as the ring over all
+    sizes (small sizes dominate the count) but 12.8% from 64 KiB against the ring's 3.6%."""
+    from commbench.fit.links import LinkEntry, ModelFit
+
+    def fit(all_sizes: dict[str, float], large: dict[str, float]) -> ModelFit:
+        return ModelFit(alpha_s=1e-6, beta_s_per_byte=1e-10, points=40, outliers=0,
+                        below_latency=0, median_rel_err=0.05, max_rel_err=0.2, r2_log=0.99,
+                        shared_median_rel_err=0.1, per_op_median_rel_err=all_sizes,
+                        per_op_large_median_rel_err=large)  # fmt: skip
+
+    ring = fit(
+        {"reduce_scatter": 0.05, "allreduce": 0.04}, {"reduce_scatter": 0.036, "allreduce": 0.02}
+    )
+    lib = fit(
+        {"reduce_scatter": 0.05, "allreduce": 0.04}, {"reduce_scatter": 0.128, "allreduce": 0.022}
+    )
+    entry = LinkEntry(backend="mpi", link_class="intra", timing="per-iteration", group_sizes=[2],
+                      ops=["allreduce", "reduce_scatter"], points=40, best_model="ring", ties=[],
+                      models={"ring": ring}, library="openmpi-tuned", library_fit=lib)  # fmt: skip
+    assert entry.library_ops() == ["allreduce"]
