@@ -17,7 +17,6 @@ and 21.85 MB, in proportion to S. A long-running trainer's heap is warm in the s
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 M_TRIM_THRESHOLD = -1  # glibc malloc.h
 M_MMAP_MAX = -4
@@ -31,12 +30,10 @@ def keep_scratch() -> dict[str, str]:
     (`heap`): 'kept' with glibc, else why not (another libc keeps its own rules)."""
     if _state:
         return _state
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
-        _state.update(policy="libc default", why=f"no mallopt in {name or 'the C library'}")
+    try:  # the process's own symbols: libc is loaded; find_library would run ldconfig
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        _state.update(policy="libc default", why="no mallopt in the C library")
         return _state
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     ok = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, KEEP) == 1
