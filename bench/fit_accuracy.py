@@ -6,8 +6,8 @@
     python bench/fit_accuracy.py --make --penalty 1,2,3
 
 For every series and every distinct message size: drop all points of that size, refit the
-whole series (segmentation included), predict the dropped size as the calibration does (the
-line times its knots' residual, which for a dropped size comes from its neighbours), and
+whole series (segmentation included), predict the dropped size as the calibration does (its
+neighbours' measurements interpolated log-log, times the line's curvature there), and
 take |pred - t| / t; the `line` column is the line alone.
 Reported: per series and overall medians, over all sizes and over interior sizes only (the
 smallest and largest size are extrapolations when left out), next to the in-sample error, the
@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from commbench.calibration.accuracy import rerun_spread  # noqa: E402
-from commbench.calibration.lines import link_model, predict_segments, residual_ratio  # noqa: E402
+from commbench.calibration.lines import link_model, predict_segments, predict_series  # noqa: E402
 from commbench.fit.calibrate import build, fit_collected  # noqa: E402
 from commbench.fit.collect import collect, read_fit_runs  # noqa: E402
 from commbench.fit.options import FitOptions  # noqa: E402
@@ -81,8 +81,7 @@ def loso(
     x: np.ndarray, t: np.ndarray, opts: FitOptions
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per distinct size: median |pred - t| / t with that size left out of the whole fit, as
-    the calibration predicts (the line times the knots' residual, interpolated from the
-    neighbours), the same for the line alone, and for log-log interpolation of its
+    the calibration predicts (the neighbours' knots with the line's curvature), the same for the line alone, and for log-log interpolation of its
     neighbours' median times (the baseline a fit must not lose to inside the measured range;
     NaN at the two ends)."""
     sizes = np.unique(x)
@@ -100,7 +99,7 @@ def loso(
             continue
         res = fit_series(x[keep], t[keep], opts)
         bare = predict_segments(res.segments, float(s))
-        pred = bare * residual_ratio(res.knots, float(s))
+        pred = predict_series(res.segments, res.knots, float(s))
         errs[i] = float(np.median(np.abs(pred - t[~keep]) / t[~keep]))
         line[i] = float(np.median(np.abs(bare - t[~keep]) / t[~keep]))
     return sizes, errs, line, interp

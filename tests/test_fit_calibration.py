@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 from fit_samples import collective_records, write_run
 
 from commbench import calibration
 from commbench.calibration.costmodels import model_time
-from commbench.calibration.lines import predict_segments, residual_ratio
+from commbench.calibration.lines import Line, predict_segments, predict_series
 from commbench.errors import UsageError
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
@@ -129,12 +130,34 @@ def test_predict_inside_the_measured_range(cal):
     assert e.seconds == pytest.approx(ring("allreduce", 8, 1 << 20, A_INTER, B_INTER), rel=1e-6)
 
 
-def test_residual_ratio_interpolates_log_log_and_holds_beyond_the_ends():
-    knots = [(1024, 1.0), (4096, 4.0)]
-    assert residual_ratio(knots, 2048) == pytest.approx(2.0)  # halfway in log size
-    assert residual_ratio(knots, 4096) == 4.0 and residual_ratio(knots, 1024) == 1.0
-    assert residual_ratio(knots, 8) == 1.0 and residual_ratio(knots, 1 << 30) == 4.0
-    assert residual_ratio([], 2048) == 1.0
+def test_knots_give_the_measurements_and_the_lines_shape_between_them():
+    seg = Line(8, 1 << 20, 1e-6, 1e-10)
+    t = {1024: 2e-6, 4096: 1e-6}  # measured: above the line, then below it
+    knots = sorted(t.items())
+    for b, want in knots:
+        assert predict_series([seg], knots, b) == pytest.approx(want)
+    line = lambda b: 1e-6 + 1e-10 * b  # noqa: E731
+    f = 0.5  # 2048 is halfway in log size
+    ratio = (t[1024] / line(1024)) ** (1 - f) * (t[4096] / line(4096)) ** f
+    assert predict_series([seg], knots, 2048) == pytest.approx(line(2048) * ratio)
+    # beyond the ends: the line scaled to the nearest measurement
+    assert predict_series([seg], knots, 64) == pytest.approx(line(64) * t[1024] / line(1024))
+    assert predict_series([seg], knots, 1 << 20) == pytest.approx(
+        line(1 << 20) * t[4096] / line(4096)
+    )
+    assert predict_series([seg], [], 2048) == pytest.approx(line(2048))
+
+
+def test_across_a_segment_boundary_the_knots_set_the_level():
+    """A cliff between 8 and 16 KiB (the second segment's line 3x the first's): at 12000 B,
+    in the second segment, the price is the two measurements interpolated log-log times the
+    line's curvature (<= 1), not the upper line itself (6.6 us against 4.1 us interpolated)."""
+    low, high = Line(8, 8192, 1e-6, 1e-10), Line(16384, 1 << 20, 3e-6, 3e-10)
+    knots = [(8192, 1e-6 + 1e-10 * 8192), (16384, 3 * (1e-6 + 1e-10 * 16384))]
+    got = predict_series([low, high], knots, 12000)
+    f = math.log(12000 / 8192) / math.log(2)
+    interp = knots[0][1] ** (1 - f) * knots[1][1] ** f
+    assert 0.95 * interp <= got <= interp
 
 
 def test_noisy_series_predicts_its_medians_and_the_line_between_them(tmp_path):
@@ -282,7 +305,7 @@ def test_schema_ships_with_the_package():
         (lambda d: d["series"][0].update(bytes_max=1), "disagree with its segments"),
         (lambda d: d["series"].append(copy.deepcopy(d["series"][0])), "a second series"),
         (lambda d: d["series"][0]["knots"].reverse(), "knots: sizes not strictly ascending"),
-        (lambda d: d["series"][0]["knots"][0].update(ratio=0.0), "ratio"),
+        (lambda d: d["series"][0]["knots"][0].update(seconds=0.0), "seconds"),
     ],
 )
 def test_bad_calibrations_fail_validation(cal, tmp_path, mutate, message):

@@ -1,5 +1,5 @@
 """A calibration's lines: the piecewise alpha-beta segments of one measured series (with its
-measured residuals), and a link's alpha-beta under a named algorithm model (Thakur,
+measured medians, the knots), and a link's alpha-beta under a named algorithm model (Thakur,
 Rabenseifner & Gropp 2005). predict() picks one; this module evaluates it."""
 
 from __future__ import annotations
@@ -43,22 +43,32 @@ def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
     return float(seg.alpha_s + seg.beta_s_per_byte * nbytes)
 
 
-def residual_ratio(knots: Sequence[tuple[int, float]], nbytes: float) -> float:
-    """measured / line at nbytes, from a series' knots ((bytes, ratio) at each trusted
-    measured size, ascending): log-log interpolation between the two sizes around nbytes, the
-    nearest knot's ratio outside them, 1 with none. The line gives the shape between two
-    measured sizes, their measurements the level: inside the measured range this is never
-    further from the neighbours' medians than interpolating them (bench/fit_accuracy.py)."""
-    if not knots:
-        return 1.0
+def predict_series(
+    segments: Sequence[SegmentLike], knots: Sequence[tuple[int, float]], nbytes: float
+) -> float:
+    """Seconds at nbytes from a series' segments and knots ((bytes, median measured seconds)
+    per measured size, ascending): the two measurements around nbytes interpolated log-log,
+    times the curvature there of the line holding nbytes (its value over the same
+    interpolation of its own values at the two sizes); beyond the ends, the line scaled to the
+    nearest measurement; the line alone with no knots. A measured size gives its measurement;
+    between two sizes the line's shape (the alpha knee) at the measurements' level, so inside
+    the measured range a cache cliff the few segments cannot follow is still priced at its
+    level (bench/fit_accuracy.py: leave-one-size-out, against log-log interpolation)."""
+    seg = segment_for(segments, nbytes)
+
+    def line(b: float) -> float:
+        return seg.alpha_s + seg.beta_s_per_byte * b
+
+    if not knots or line(nbytes) <= 0:
+        return float(line(nbytes))
     i = bisect_left([b for b, _ in knots], nbytes)
-    if i == 0 or i == len(knots):
-        return knots[min(i, len(knots) - 1)][1]
-    (b0, r0), (b1, r1) = knots[i - 1], knots[i]
-    if b0 <= 0:
-        return r1
+    if i == 0 or i == len(knots) or knots[i - 1][0] <= 0:
+        b, t = knots[min(i, len(knots) - 1)]
+        return float(line(nbytes) * t / line(b)) if line(b) > 0 else float(line(nbytes))
+    (b0, t0), (b1, t1) = knots[i - 1], knots[i]
     f = math.log(nbytes / b0) / math.log(b1 / b0)
-    return math.exp((1 - f) * math.log(r0) + f * math.log(r1))
+    r0, r1 = t0 / line(b0), t1 / line(b1)
+    return float(line(nbytes) * math.exp((1 - f) * math.log(r0) + f * math.log(r1)))
 
 
 def segment_for(segments: Sequence[SegmentLike], nbytes: float) -> SegmentLike:
@@ -85,11 +95,10 @@ class SeriesModel:
     bytes_max: int
     segments: tuple[Line, ...]
     shapes: tuple[tuple[int, int], ...] = ()  # (nodes, ranks per node) measured
-    knots: tuple[tuple[int, float], ...] = ()  # (bytes, measured / line) per measured size
+    knots: tuple[tuple[int, float], ...] = ()  # (bytes, median measured seconds) per size
 
     def at(self, nbytes: float) -> float:
-        """The line at nbytes times the measured residual there (residual_ratio)."""
-        return predict_segments(list(self.segments), nbytes) * residual_ratio(self.knots, nbytes)
+        return predict_series(self.segments, self.knots, nbytes)
 
     def covers(self, nbytes: float) -> bool:
         return self.bytes_min <= nbytes <= self.bytes_max

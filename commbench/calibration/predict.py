@@ -87,7 +87,7 @@ class Calibration:
                     for g in s["segments"]
                 ),
                 tuple((x["nodes"], x["ranks_per_node"]) for x in s.get("shapes", ())),
-                tuple((k["bytes"], k["ratio"]) for k in s.get("knots", ())),
+                tuple((k["bytes"], k["seconds"]) for k in s.get("knots", ())),
             )
             for s in doc["series"]
         ]

@@ -63,7 +63,7 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
         else None,
         "shapes": [{"nodes": n, "ranks_per_node": r} for n, r in sorted(data.shapes)],
         "segments": segs,
-        "knots": [{"bytes": b, "ratio": r} for b, r in res.knots],
+        "knots": [{"bytes": b, "seconds": t} for b, t in res.knots],
     }
 
 

@@ -94,7 +94,7 @@ class SeriesFitResult:
     rel_err: np.ndarray  # |pred - t| / t of each point
     loso_rel_err: np.ndarray  # per distinct size: mean leave-one-size-out error of its points
     bic: list[float] = field(default_factory=list)  # criterion of K = 1.. segments
-    # (bytes, median measured / line) at each measured size (calibration.lines)
+    # (bytes, median measured seconds) at each measured size (calibration.lines)
     knots: list[tuple[int, float]] = field(default_factory=list)
 
     @property
@@ -139,18 +139,17 @@ def fit_series(x: ArrayLike, t: ArrayLike, opts: FitOptions | None = None) -> Se
     # back to the caller's order
     inv = np.empty_like(order)
     inv[order] = np.arange(len(order))
-    return SeriesFitResult(segments, w[inv], rel[inv], loso, bics, _knots(prep, pred))
+    return SeriesFitResult(segments, w[inv], rel[inv], loso, bics, _knots(prep))
 
 
-def _knots(prep: Prepared, pred: np.ndarray) -> list[tuple[int, float]]:
-    """Per measured size: (bytes, median measured time / the line's). Every size, the ones the
-    line's weights doubt included: a size's median over its points is already robust, and on
-    six factor-2 sweeps here knots at trusted sizes only lost to log-log interpolation of the
-    neighbours once (9.2% against 8.7%), knots at every size never (bench/fit_accuracy.py)."""
+def _knots(prep: Prepared) -> list[tuple[int, float]]:
+    """Per measured size: (bytes, median measured seconds), the sizes the line's weights doubt
+    included: a size's median over its points is already robust, and on six factor-2 sweeps
+    here knots at trusted sizes only lost to log-log interpolation of the neighbours once
+    (9.2% against 8.7%), knots at every size never (bench/fit_accuracy.py)."""
     return [
-        (int(round(prep.x[i] * prep.x_scale)), float(median(prep.t[i:j]) / pred[i]))
+        (int(round(prep.x[i] * prep.x_scale)), float(median(prep.t[i:j]) * prep.t_scale))
         for i, j in zip(prep.starts[:-1], prep.starts[1:])
-        if pred[i] > 0
     ]
 
 
