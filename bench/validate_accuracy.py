@@ -5,7 +5,7 @@
     python bench/validate_accuracy.py --reuse bench/_build/val   # re-validate existing runs
     python bench/validate_accuracy.py --reuse bench/_build/val --steps   # and every step
 
-Steps (all real: mpirun, mpi backend), `--repeats` rounds made in turn: a `collectives` suite
+Steps (all real: mpirun, mpi backend), `--repeats` rounds (5) made in turn: a `collectives` suite
 run (the fitter's input; sizes 8 B..64 MiB, every `--factor`; the suite's ops plus alltoallv),
 then the tp, dp, zero, cp, ep and pp suites with --quick. Then `commbench fit` of every round's
 sweep together (the calibration states the sweeps' repeat spread, per size the median over
@@ -266,7 +266,7 @@ def report(out: Path, show_steps: bool = False) -> tuple[dict, bool]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--np", type=int, default=4, help="MPI ranks (default 4)")
-    ap.add_argument("--repeats", type=int, default=3, help="rounds of sweep + suites")
+    ap.add_argument("--repeats", type=int, default=5, help="rounds of sweep + suites (default 5)")
     ap.add_argument("--out", type=Path, default=None, help="results directory")
     ap.add_argument("--reuse", type=Path, default=None, help="validate runs already made here")
     ap.add_argument("--timeout", type=float, default=1800)
