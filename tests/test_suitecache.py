@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from commbench import ENV_CACHE
 from commbench.errors import UsageError
 from commbench.traffic import suitecache
 from commbench.traffic.suitefile import SUITES_DIR, load_suite, suite_names
@@ -20,7 +21,7 @@ from conftest import REPO
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(suitecache.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
     return tmp_path / "cache" / "suites"
 
 
@@ -80,7 +81,7 @@ def test_what_json_would_not_give_back_is_not_cached(cache, tmp_path, data):
 def test_an_unwritable_cache_only_costs_the_parse(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the cache directory would be")
-    monkeypatch.setenv(suitecache.ENV_CACHE, str(blocker))
+    monkeypatch.setenv(ENV_CACHE, str(blocker))
     parse = Counting({"x": 1})
     assert suitecache.load(tmp_path / "a.yaml", "text", parse) == {"x": 1}
     assert suitecache.load(tmp_path / "a.yaml", "text", parse) == {"x": 1}
@@ -125,7 +126,7 @@ def test_a_warm_read_imports_no_yaml(tmp_path):
         "import sys; from commbench.traffic.suitefile import load_suite; "
         "load_suite('smoke'); print('yaml' in sys.modules)"
     )
-    env = {"PYTHONPATH": str(REPO), suitecache.ENV_CACHE: str(tmp_path), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(REPO), ENV_CACHE: str(tmp_path), "PATH": "/usr/bin:/bin"}
     runs = [
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         for _ in range(2)

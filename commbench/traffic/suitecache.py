@@ -23,21 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ENV_CACHE = "COMMBENCH_CACHE_DIR"
+from commbench import user_cache
+
 FORMAT = 1  # bump when an entry's layout changes
-
-
-def cache_dir() -> Path:
-    """$COMMBENCH_CACHE_DIR/suites, else $XDG_CACHE_HOME/commbench/suites, else ~/.cache/..."""
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE]) / "suites"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "commbench" / "suites"
 
 
 def entry(path: Path) -> Path:
     """The cache file of the suite file at `path` (resolved): its stem and a hash of the path."""
-    return cache_dir() / f"{path.stem}-{zlib.crc32(str(path).encode()):08x}.json"
+    return user_cache("suites") / f"{path.stem}-{zlib.crc32(str(path).encode()):08x}.json"
 
 
 def load(path: Path, text: str, parse: Callable[[str], Any]) -> Any:

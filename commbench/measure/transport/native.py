@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
+from commbench import user_cache
 from commbench.measure.transport.base import Fn
 from commbench.ops.spec import FROM_ROOT, TO_ROOT
 
@@ -34,7 +35,6 @@ SOURCE = Path(__file__).with_name("native_loop.c")
 ABI = 4  # CB_ABI in native_loop.c
 ENV_SWITCH = "COMMBENCH_NATIVE"
 ENV_MPICC = "COMMBENCH_MPICC"
-ENV_CACHE = "COMMBENCH_CACHE_DIR"
 COMPILE_TIMEOUT_S = 120.0
 INT_MAX = 2**31 - 1
 
@@ -222,14 +222,6 @@ def describe(
 # ---- building and loading ---------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    """Per-user cache: $COMMBENCH_CACHE_DIR, else $XDG_CACHE_HOME/commbench, else ~/.cache."""
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "commbench" / "native"
-
-
 def _loaded_libmpi() -> str | None:
     """Path of the libmpi this process has mapped (Linux), to find the mpicc beside it."""
     try:
@@ -324,7 +316,7 @@ def load() -> tuple[NativeLoop | None, Availability]:
     if mpicc is None:
         return None, Availability("python", "no mpicc found")
     version = MPI.Get_library_version().strip()
-    target = cache_dir() / f"cbloop-{build_key(mpicc, version)}.so"
+    target = user_cache("native") / f"cbloop-{build_key(mpicc, version)}.so"
     try:
         if not target.exists():
             why = _build(mpicc, target)
