@@ -52,7 +52,7 @@ class Job:
     env: dict[str, str]
     truth: dict
     stop_signal: int  # graceful stop: mpirun forwards SIGUSR1 to ranks; torchrun, SIGTERM
-    status_dir: Path  # each rank leaves its exit status here (launch.leave_exit_status)
+    status_dir: Path  # each rank leaves its exit status here (launch.exit_status_file)
     ranks: int
 
 
@@ -213,10 +213,10 @@ def run(job: Job) -> int:
 def _ranks_status(job: Job, launcher_status: int) -> int:
     """The ranks' own status (the first non-zero, by rank) if every rank left one, else the
     launcher's: a launcher that crashed tearing down does not overrule what its ranks decided."""
-    left = sorted(job.status_dir.glob("rank*.status"))
+    left = sorted(job.status_dir.glob("rank*.status"), key=lambda f: int(f.stem[4:]))
     if len(left) < job.ranks:
         return launcher_status
-    codes = [int(f.read_text()) for f in sorted(left, key=lambda f: int(f.stem[4:]))]
+    codes = [int(f.read_text()) for f in left]
     status = next((rc for rc in codes if rc), 0)
     print(
         f"commbench emulate: the launcher ended with status {launcher_status} after all "

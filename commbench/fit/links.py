@@ -117,9 +117,10 @@ class LinkEntry:
 
     def library_ops(self) -> list[str]:
         """The ops the library model prices: those whose points it fits about as well as the
-        best fixed model (LIBRARY_RATIO, LIBRARY_MARGIN), over all sizes and from 64 KiB up. Where it fits worse its byte counts
-        are not what the time follows (on shared memory a reduce + scatter costs copies and
-        reductions, not 3x the link bytes of a butterfly), so the fixed model keeps them."""
+        best fixed model (LIBRARY_RATIO, LIBRARY_MARGIN), over all sizes and from 64 KiB up.
+        Where it fits worse its byte counts are not what the time follows (on shared memory a
+        reduce + scatter costs copies and reductions, not 3x the link bytes of a butterfly),
+        so the fixed model keeps them."""
         assert self.library_fit is not None
         best, mine = self.models[self.best_model], self.library_fit
 
