@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -183,24 +184,21 @@ def one_round(
     and each job starts after a pause, so the previous job's exit (its ranks and mpirun
     leaving) lands on each tool alike rather than on the one after commbench (that put OSU's
     small sizes, measured first, 1.3-2x slow). Short chunks keep the tools' jobs on one size
-    seconds apart, inside one of this VM's host states (which last seconds)."""
+    seconds apart (on this VM, 4 sizes a job did not bring the A/A control closer than
+    whole-sweep jobs: a 2-rank all-reduce's state flips from job to job)."""
     got: dict[Key, float] = {}
     for n in ranks:
         for op in OPS:
             if op == "pingpong" and n != 2:
                 continue
             for c, (a, b) in enumerate(size_chunks(8, hi, args.sizes_per_job)):
-                jobs = [
-                    ("commbench", lambda op=op, n=n, a=a, b=b: run_commbench(op, n, a, b, args))
-                ]
+                jobs = [("commbench", partial(run_commbench, op, n, a, b, args))]
                 if osu is not None:
-                    jobs.append(("osu", lambda op=op, n=n, a=a, b=b: run_osu(osu, op, n, a, b)))
+                    jobs.append(("osu", partial(run_osu, osu, op, n, a, b)))
                     if args.control:  # OSU a second time: the A/A control
-                        jobs.append(
-                            ("osu-again", lambda op=op, n=n, a=a, b=b: run_osu(osu, op, n, a, b))
-                        )
+                        jobs.append(("osu-again", partial(run_osu, osu, op, n, a, b)))
                 if imb is not None:
-                    jobs.append(("imb", lambda op=op, n=n, a=a, b=b: run_imb(imb, op, n, a, b)))
+                    jobs.append(("imb", partial(run_imb, imb, op, n, a, b)))
                 for who, job in job_order(jobs, turn + c, control=args.control):
                     time.sleep(args.pause)
                     for size, t in job().items():
