@@ -146,7 +146,7 @@ def _knots(prep: Prepared) -> list[tuple[int, float]]:
     """Per measured size: (bytes, median measured seconds), the sizes the line's weights doubt
     included: a size's median over its points is already robust, and on six factor-2 sweeps
     here knots at trusted sizes only lost to log-log interpolation of the neighbours once
-    (9.2% against 8.7%), knots at every size never (bench/fit_accuracy.py)."""
+    (9.2% against 8.7%) where knots at every size did not (bench/fit_accuracy.py)."""
     return [
         (int(round(prep.x[i] * prep.x_scale)), float(median(prep.t[i:j]) * prep.t_scale))
         for i, j in zip(prep.starts[:-1], prep.starts[1:])
