@@ -180,7 +180,7 @@ def test_reduce_scatter_basic_linear_runs_the_reduce_its_rules_pick(p, want):
 def test_the_library_prices_an_op_only_where_it_fits_as_well_from_64k_up_too():
     """The 2-rank reduce_scatter of a sweep here: the library as good as the ring over all
     sizes (small sizes dominate the count) but 12.8% from 64 KiB against the ring's 3.6%."""
-    from commbench.fit.links import LinkEntry, ModelFit
+    from commbench.fit.linkentry import LinkEntry, ModelFit
 
     def fit(all_sizes: dict[str, float], large: dict[str, float]) -> ModelFit:
         return ModelFit(alpha_s=1e-6, beta_s_per_byte=1e-10, points=40, outliers=0,
