@@ -15,6 +15,7 @@ from fit_samples import collective_records, write_run
 
 from commbench import calibration
 from commbench.calibration.costmodels import coefficients, model_time
+from commbench.calibration.lines import link_model
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
 from commbench.fit.logfit import fit_log_line
@@ -161,3 +162,62 @@ def test_cache_levels_get_regimes_of_their_own(tmp_path):
     ring = links[0].models["ring"]
     assert ring.per_op_median_rel_err["alltoall"] < 0.04
     assert len(ring.terms["alltoall"]) >= 3
+
+
+# per-size medians (us, 8 B .. 64 MiB, factor 2) of 2-rank sweeps of bench/fit_accuracy.py here
+ALLTOALL_US = (
+    0.7, 0.61, 0.7, 0.84, 0.82, 0.86, 0.86, 1.67, 1.7, 2.47, 5.74, 6.62, 8.04, 10.11, 14.64,
+    21.71, 33.58, 58.34, 109.78, 187.14, 751.54, 1860.69, 4453.0, 9196.36,
+)  # fmt: skip
+ALLREDUCE_US = (
+    0.49, 0.51, 0.54, 0.51, 0.52, 0.56, 0.86, 0.96, 1.07, 1.86, 5.75, 9.14, 12.27, 19.16, 25.0,
+    41.37, 65.19, 115.75, 234.83, 1007.76, 3248.23, 5895.21, 33440.19, 65555.87,
+)  # fmt: skip
+SWEEP_SIZES = tuple(8 << k for k in range(24))
+
+
+def measured_link(tmp_path, op: str, medians: tuple[float, ...], points: int):
+    """The link table of one measured 2-rank series (its medians, 1% noise, `points` records
+    a size: a per-iteration sweep writes one)."""
+    recs = []
+    for seed in range(points):
+        recs += collective_records(
+            op, 2, 0, 0, noise=0.01, seed=seed, sizes=SWEEP_SIZES,
+            time_of=lambda s: medians[SWEEP_SIZES.index(s)] * 1e-6,
+        )  # fmt: skip
+    run = write_run(tmp_path, op, recs)
+    _, _, links = calibrate.build(collect(read_fit_runs([run])), FitOptions(bootstrap=0))
+    return links[0]
+
+
+def test_a_cache_transition_is_priced_by_a_secant(tmp_path):
+    """All-to-all past L3 costs 3.7x, then 2.5x per doubling (187 us at 4 MiB, 752 at 8, 1861
+    at 16): no line with alpha >= 0 follows it (10.3% median error from 64 KiB up); a secant
+    regime, the alpha of the regime below plus beta (S - offset), does (within 3%), and at
+    every group size it grows with S from its lower cut up, from no less than the regime below
+    costs at its largest size."""
+    link = measured_link(tmp_path, "alltoall", ALLTOALL_US, points=3)
+    best = link.models[link.best_model]
+    assert best.per_op_large_median_rel_err["alltoall"] < 0.03
+    terms = best.terms["alltoall"]
+    secants = [(under, t) for under, t in zip(terms, terms[1:]) if t.bytes_offset > 0]
+    assert secants and all(t.alpha_s == under.alpha_s for under, t in secants)
+    model = link_model(link.as_dict())  # as a calibration loads it
+    for under, term in secants:
+        below = under.bytes_max
+        cut = (below * term.bytes_min) ** 0.5
+        for p in (2, 4, 16, 64):
+            times = [model.time("alltoall", p, s) for s in np.geomspace(cut, term.bytes_max, 9)]
+            assert times[0] > 0 and all(b >= a for a, b in zip(times, times[1:]))
+            assert times[0] >= model.time("alltoall", p, below)
+
+
+def test_a_cliff_the_series_fit_confirmed_at_the_top_keeps_its_regime(tmp_path):
+    """All-reduce 5.7x slower from 16 to 32 MiB: the series fit ends in a two-size segment
+    (the cliff its neighbours confirm) that no held-out size can credit, so regimes chosen on
+    held-out error alone lumped 8-64 MiB and missed by 16% median from 64 KiB up (39% at 32
+    and 64 MiB, one record a size); the regimes keep the series fit's cliff (within 10%)."""
+    link = measured_link(tmp_path, "allreduce", ALLREDUCE_US, points=1)
+    best = link.models[link.best_model]
+    assert best.terms["allreduce"][-1].bytes_min == 32 << 20
+    assert best.per_op_large_median_rel_err["allreduce"] < 0.10

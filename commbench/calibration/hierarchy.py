@@ -35,8 +35,8 @@ def hierarchical_ratio(
     if mine is None or other is None or nq < 2 or n < 1:
         return None
     model = inter.best_model
-    a_fit, beta = mine
-    a_intra, _ = other
+    a_fit, beta, a_intra = mine.alpha_s, mine.beta_s_per_byte, other.alpha_s
+    moved = nbytes - mine.bytes_offset  # a secant's bytes (calibration.lines.Term)
 
     def steps(ranks: int, nodes: int) -> tuple[float, float, float]:
         a_all, b_all = coefficients(model, op, ranks, nbytes)
@@ -48,8 +48,8 @@ def hierarchical_ratio(
         return None
     a_inter = max((a_fit * (intra_q + inter_q) - a_intra * intra_q) / inter_q, 0.0)
     intra_p, inter_p, b_p = steps(p, n)
-    base = a_intra * intra_q + a_inter * inter_q + beta * b_q * nbytes
-    target = a_intra * intra_p + a_inter * inter_p + beta * b_p * nbytes
+    base = a_intra * intra_q + a_inter * inter_q + beta * b_q * moved
+    target = a_intra * intra_p + a_inter * inter_p + beta * b_p * moved
     return target / base if base > 0 else None
 
 
@@ -73,7 +73,7 @@ def nccl_ratio(
     seconds, beta_s = measured
     beta = beta_s / coefficients(NCCL, op, q, nbytes)[1]  # per byte of the ring's B(q) S
     other = intra.terms_at(op, nbytes) if intra is not None else None
-    hop = other[0] if other is not None else None
+    hop = other.alpha_s if other is not None else None
     step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
     target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta)

@@ -8,7 +8,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from commbench.calibration.costmodels import coefficients, model_time
 from commbench.calibration.series_key import SeriesKey
@@ -24,6 +24,23 @@ class Line:
     beta_s_per_byte: float
 
 
+@dataclass(frozen=True)
+class Term(Line):
+    """One regime of an op's link-table terms (fit/links.py): alpha A(op, p) + beta B(op, p)
+    (S - bytes_offset). A bytes_offset > 0 is the secant of a cache transition, whose cost per
+    byte rises with S (fit/segments.py), with the alpha of the regime below; the offset scales
+    with the bytes term, so at every group size time grows with S from its lower cut up."""
+
+    bytes_offset: float = 0.0
+
+    def scaled(self, a: float, b: float) -> Line:
+        """The line of this regime under coefficients A = a, B = b."""
+        beta = self.beta_s_per_byte * b
+        return Line(
+            self.bytes_min, self.bytes_max, self.alpha_s * a - beta * self.bytes_offset, beta
+        )
+
+
 class SegmentLike(Protocol):
     """What predict_segments reads of a segment (a fitted Segment or a loaded calibration line)."""
 
@@ -35,6 +52,9 @@ class SegmentLike(Protocol):
     def alpha_s(self) -> float: ...
     @property
     def beta_s_per_byte(self) -> float: ...
+
+
+Seg = TypeVar("Seg", bound=SegmentLike)
 
 
 def predict_segments(segments: Sequence[SegmentLike], nbytes: float) -> float:
@@ -71,7 +91,7 @@ def predict_series(
     return float(line(nbytes) * math.exp((1 - f) * math.log(r0) + f * math.log(r1)))
 
 
-def segment_for(segments: Sequence[SegmentLike], nbytes: float) -> SegmentLike:
+def segment_for(segments: Sequence[Seg], nbytes: float) -> Seg:
     """The segment holding nbytes; in a gap between two segments the boundary is the geometric
     mean of their neighbouring measured sizes; outside the measured range the nearest segment
     (the caller decides if allowed)."""
@@ -118,27 +138,23 @@ class LinkModel:
     beta_s_per_byte: float
     group_sizes: tuple[int, ...]
     note: str | None = None
-    terms: Mapping[str, tuple[Line, ...]] = field(default_factory=dict)
+    terms: Mapping[str, tuple[Term, ...]] = field(default_factory=dict)
     # the same link fitted under its library's algorithm choice (best_model = the library)
     library: LinkModel | None = None
 
-    def terms_at(self, op: str, nbytes: float) -> tuple[float, float] | None:
-        """(alpha, beta) of op's regime holding nbytes, None when op has no terms."""
+    def terms_at(self, op: str, nbytes: float) -> Term | None:
+        """op's regime holding nbytes, None when op has no terms."""
         lines = self.terms.get(op)
         if not lines:
             return None
-        seg = segment_for(lines, nbytes)
-        return seg.alpha_s, seg.beta_s_per_byte
+        return segment_for(lines, nbytes)
 
     def time(self, op: str, p: int, nbytes: float) -> float:
         lines = self.terms.get(op)
         if not lines:
             return model_time(self.best_model, op, p, nbytes, self.alpha_s, self.beta_s_per_byte)
         a, b = coefficients(self.best_model, op, p, nbytes)
-        scaled = [
-            Line(x.bytes_min, x.bytes_max, x.alpha_s * a, x.beta_s_per_byte * b) for x in lines
-        ]
-        return predict_segments(scaled, nbytes)
+        return predict_segments([x.scaled(a, b) for x in lines], nbytes)
 
 
 def _link_fields(e: dict, model: str, m: dict) -> dict:
@@ -154,7 +170,13 @@ def _link_fields(e: dict, model: str, m: dict) -> dict:
         "note": e.get("note"),
         "terms": {
             op: tuple(
-                Line(g["bytes_min"], g["bytes_max"], g["alpha_s"], g["beta_s_per_byte"])
+                Term(
+                    g["bytes_min"],
+                    g["bytes_max"],
+                    g["alpha_s"],
+                    g["beta_s_per_byte"],
+                    g.get("bytes_offset", 0.0),
+                )
                 for g in lines
             )
             for op, lines in (m.get("terms") or {}).items()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commbench.calibration.algorithms import LIBRARIES
-from commbench.calibration.lines import Line
+from commbench.calibration.lines import Term
 
 # the library model prices an op whose median error is at most LIBRARY_RATIO x the best fixed
 # model's + LIBRARY_MARGIN: the two differ only in latency rounds at one group size unless the
@@ -30,7 +30,7 @@ class ModelFit:
     shared_median_rel_err: float
     per_op_median_rel_err: dict[str, float]
     per_op_large_median_rel_err: dict[str, float]
-    terms: dict[str, list[Line]] = field(default_factory=dict)
+    terms: dict[str, list[Term]] = field(default_factory=dict)
 
     @property
     def busbw_GBps(self) -> float | None:
@@ -57,6 +57,7 @@ class ModelFit:
                         "bytes_max": ln.bytes_max,
                         "alpha_s": ln.alpha_s,
                         "beta_s_per_byte": ln.beta_s_per_byte,
+                        **({"bytes_offset": ln.bytes_offset} if ln.bytes_offset else {}),
                     }
                     for ln in lines
                 ]

@@ -8,7 +8,9 @@ reduce-scatter a copy plus a reduction, each with its own algorithm), nor the ea
 and cache regimes inside one op. So each op measured on the link gets its own terms, one
 (alpha, beta) per size regime (fit/regimes.py: chosen on held-out error from its longest
 series, two sizes allowed per regime), fitted across every group
-size it was measured at: the model carries the scaling in p, the terms the op's own rates.
+size it was measured at: the model carries the scaling in p, the terms the op's own rates. A
+regime the held-out choice made a cache transition's secant is fitted as one (_secant,
+calibration.lines.Term).
 The shared (alpha, beta) of all ops together prices ops never measured on the link.
 
 Every fit minimises Huber's rho of log(pred / t) (fit/logfit.py: symmetric, so a tiny time
@@ -30,7 +32,7 @@ import numpy as np
 
 from commbench.calibration.algorithms import LIBRARIES
 from commbench.calibration.costmodels import MODELLED_OPS, MODELS, coefficients
-from commbench.calibration.lines import Line, SegmentLike, predict_segments
+from commbench.calibration.lines import Line, SegmentLike, Term, predict_segments
 from commbench.fit.linkentry import LinkEntry, ModelFit
 from commbench.fit.logfit import fit_log_line
 from commbench.fit.options import FitOptions
@@ -118,30 +120,28 @@ def _fit_model(
     alpha, beta, _ = fit_log_line(P.A, P.B * P.x, P.t, P.w, _start(items, model, None), opts)
     shared = alpha * P.A + beta * P.B * P.x
     pred = shared.copy()
-    terms: dict[str, list[Line]] = {}
+    terms: dict[str, list[Term]] = {}
     for op in sorted(set(P.ops.tolist())):
         mine = [it for it in items if it[0].op == op]
         on = P.ops == op
         reg = regime_index(regimes[op], P.x)
-        lines = []
+        lines: list[Term] = []
         for k, seg in enumerate(regimes[op]):
             sel = on & (reg == k)
             if len(np.unique(P.x[sel & (P.w > 0)])) < 2:
                 continue  # too few sizes left (points rejected): the neighbouring regime prices it
             mid = math.sqrt(max(seg.bytes_min, 1) * max(seg.bytes_max, 1))
-            a, b, _ = fit_log_line(
-                P.A[sel], P.B[sel] * P.x[sel], P.t[sel], P.w[sel], _start(mine, model, mid), opts
-            )
-            lines.append(Line(seg.bytes_min, seg.bytes_max, a, b))
+            start = _start(mine, model, mid)
+            a, b, _ = fit_log_line(P.A[sel], P.B[sel] * P.x[sel], P.t[sel], P.w[sel], start, opts)
+            term = Term(seg.bytes_min, seg.bytes_max, a, b)
+            if lines and seg.alpha_s < 0:  # held out, the regime is a cache transition's secant
+                term = _secant(P, sel, lines[-1], seg, opts) or term
+            lines.append(term)
         if not lines:
             continue
         terms[op] = lines
         for i in np.flatnonzero(on):
-            scaled = [
-                Line(ln.bytes_min, ln.bytes_max, ln.alpha_s * P.A[i], ln.beta_s_per_byte * P.B[i])
-                for ln in lines
-            ]
-            pred[i] = predict_segments(scaled, float(P.x[i]))
+            pred[i] = predict_segments([ln.scaled(P.A[i], P.B[i]) for ln in lines], float(P.x[i]))
     used = P.w > 0
     rel = np.abs(pred - P.t) / P.t
     r2 = None
@@ -174,6 +174,26 @@ def _fit_model(
         per_op_large_median_rel_err=large,
         terms=terms,
     )
+
+
+def _secant(P: _Points, sel: np.ndarray, under: Term, seg: Line, opts: FitOptions) -> Term | None:
+    """The regime `seg` of sel's points as a secant: alpha A + B (c + beta S) with alpha the
+    regime below's (`under`: latency steps do not vanish in a cache transition) and c < 0
+    (Term's bytes_offset = -c / beta); None where the fit has c >= 0, or where at its lower cut
+    it is faster than the regime under it at that regime's largest size, as segments.py asks
+    of the measurements (with alpha shared, if it holds at one group size it holds at all)."""
+    rest = P.t[sel] - under.alpha_s * P.A[sel]
+    w = np.where(rest > 0, P.w[sel], 0.0)
+    rest = np.where(rest > 0, rest, P.t[sel])  # left out (w 0), kept positive for the log
+    start = (0.0, float(np.median(rest / (P.B[sel] * P.x[sel]))))
+    c, b, _ = fit_log_line(P.B[sel], P.B[sel] * P.x[sel], rest, w, start, opts, free_alpha=True)
+    if not (c < 0 < b):
+        return None
+    offset = -c / b
+    cut = math.sqrt(max(under.bytes_max, 1) * max(seg.bytes_min, 1))
+    if b * (cut - offset) < under.beta_s_per_byte * (under.bytes_max - under.bytes_offset):
+        return None
+    return Term(seg.bytes_min, seg.bytes_max, under.alpha_s, b, offset)
 
 
 def latency_keep(items: list[LinkPoints]) -> np.ndarray:

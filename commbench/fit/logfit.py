@@ -8,8 +8,9 @@ fast: Huber's rho (Huber 1964; s = 1.4826 MAD of r, floored), then from that opt
 bisquare at Huber's scale (Beaton & Tukey 1974), so a point preempted by the scheduler (100x
 slow) ends with weight 0. Minimised by Gauss-Newton on the linearised log (log pred ~ log
 pred0 + pred / pred0 - 1) with the loss's weights each round (iteratively reweighted least
-squares), alpha, beta >= 0 by the active set as in wls.solve, a step halved until the objective
-falls; started from the per-series fits.
+squares), alpha, beta >= 0 by the active set as in wls.solve (alpha free in sign for a
+secant, fit/regimes.py), a step halved until the objective falls; started from the per-series
+fits.
 """
 
 from __future__ import annotations
@@ -49,17 +50,19 @@ def fit_log_line(
     w0: np.ndarray,
     start: tuple[float, float],
     opts: FitOptions,
+    free_alpha: bool = False,
 ) -> tuple[float, float, np.ndarray]:
     """(alpha, beta, final weights) minimising sum w0 rho(log((alpha A + beta BS) / t) / s).
 
     A and BS are each point's latency and byte coefficients (B times S), t its seconds, w0
-    its prior weight (0 leaves it out). Units are scaled inside so the 2x2 problem is O(1)."""
+    its prior weight (0 leaves it out); free_alpha lets alpha be negative. Units are scaled
+    inside so the 2x2 problem is O(1)."""
     ts = float(median(t[w0 > 0])) if np.any(w0 > 0) else 1.0
     bs_scale = float(median(BS[BS > 0])) if np.any(BS > 0) else 1.0
     y = t / ts
     f1 = A.astype(float)
     f2 = BS / bs_scale
-    a = max(start[0] / ts, 1e-12)
+    a = start[0] / ts if free_alpha else max(start[0] / ts, 1e-12)
     b = max(start[1] * bs_scale / ts, 1e-12)
     if not np.any(w0 > 0):
         return start[0], start[1], w0.copy()
@@ -73,26 +76,31 @@ def fit_log_line(
         return max(1.4826 * median(np.abs(r[live])), opts.min_scale)
 
     for kind in ("huber", "tukey") if opts.robust else ("huber",):
-        a, b, r, s = _descend(kind, a, b, residual, scale, f1, f2, w0, opts)
+        a, b, r, s = _descend(kind, a, b, residual, scale, f1, f2, w0, opts, free_alpha)
     w = w0 * _weight(r / s, kind, opts)
     return a * ts, b * ts / bs_scale, w
 
 
-def _solve2(r1: float, r2: float, s11: float, s12: float, s22: float) -> tuple[float, float]:
-    """min sum w (c - a g1 - b g2)^2 over a, b >= 0 from its sums (wls.solve for two scalars,
-    without numpy's per-call cost: this runs a few thousand times per calibration)."""
+def _solve2(
+    r1: float, r2: float, s11: float, s12: float, s22: float, free_a: bool = False
+) -> tuple[float, float]:
+    """min sum w (c - a g1 - b g2)^2 over a, b >= 0 (a of any sign with free_a) from its sums
+    (wls.solve for two scalars, without numpy's per-call cost: this runs a few thousand times
+    per calibration)."""
     det = s11 * s22 - s12 * s12
     if det > 1e-12 * s11 * s22:
         a, b = (s22 * r1 - s12 * r2) / det, (s11 * r2 - s12 * r1) / det
-        if a >= 0 and b >= 0:
+        if (a >= 0 or free_a) and b >= 0:
             return float(a), float(b)
+    if free_a and s11 > 0:  # b = 0
+        return float(r1 / s11), 0.0
     a_ax = max(r1 / s11, 0.0) if s11 > 0 else 0.0  # b = 0
     b_ax = max(r2 / s22, 0.0) if s22 > 0 else 0.0  # a = 0
     # the better axis: the one that removes more of the sum of squares
     return (float(a_ax), 0.0) if r1 * a_ax >= r2 * b_ax else (0.0, float(b_ax))
 
 
-def _descend(kind, a, b, residual, scale, f1, f2, w0, opts):
+def _descend(kind, a, b, residual, scale, f1, f2, w0, opts, free_a=False):
     """Gauss-Newton rounds under one loss until the objective and the scale settle."""
     r = residual(a, b)
     s = scale(r)
@@ -104,15 +112,20 @@ def _descend(kind, a, b, residual, scale, f1, f2, w0, opts):
         c = 1.0 - r  # target of the linearised problem: pred / pred0 ~ 1 - r
         M = np.stack((c, g1, g2)) * np.sqrt(w)
         G = M @ M.T  # the six sums of the 2x2 problem in one product
-        na, nb = _solve2(G[0, 1], G[0, 2], G[1, 1], G[1, 2], G[2, 2])
+        na, nb = _solve2(G[0, 1], G[0, 2], G[1, 1], G[1, 2], G[2, 2], free_a)
         step = 1.0
         while True:  # halve the step until the objective does not grow
             ta, tb = a + step * (na - a), b + step * (nb - b)
-            if ta * f1.max() + tb * f2.max() > 0:
+            # a free alpha must keep every point's time positive; else a line is not all zero
+            pred = ta * f1 + tb * f2
+            if np.all(pred > 0) if free_a else pred.max() > 0:
                 rt = residual(ta, tb)
                 ct = float(np.sum(w0 * _rho(rt / s, kind, opts)))
                 if ct <= cost or step < 1e-3:
                     break
+            elif step < 1e-3:  # no positive step: stay
+                ta, tb, rt, ct = a, b, r, cost
+                break
             step /= 2
         done = abs(ct - cost) <= TOL * max(cost, 1e-12)
         a, b, r = ta, tb, rt

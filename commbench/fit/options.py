@@ -12,6 +12,9 @@ class FitOptions:
 
     min_sizes: int = 3  # distinct message sizes a segment (and a series) needs
     max_segments: int = 5
+    # segments above the first may be secants (negative intercept) of a cache transition, where
+    # the cost per byte rises with S (fit/segments.py); the link table's regimes only
+    secants: bool = False
     penalty: float = 2.0  # multiplies the BIC parameter term
     noise_floor: float = 1e-3  # relative error below which extra segments buy nothing
     robust: bool = True

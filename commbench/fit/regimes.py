@@ -9,13 +9,15 @@ by 17% at >= 64 KiB where one more regime fits them within 5%. So each op's regi
 again here: exact segmentation (fit/segments.py) with segments of REGIME_MIN_SIZES sizes
 allowed, the number K chosen by leave-one-size-out error with the whole segmentation redone
 without the size (cross-validation, Stone 1974: a segment that fits only noise predicts the
-left-out size worse), fewer segments winning ties. Two adjacent sizes that deviate the same
-way are a regime, not outliers (the series fit's robust weights with two-size segments).
+left-out size worse), fewer segments winning ties; secant regimes (fit/segments.py) are a
+second family held out alike. Two adjacent sizes that deviate the same way are a regime, not
+outliers (the series fit's robust weights with two-size segments).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,10 +46,13 @@ def capped_mean(errs: np.ndarray, cap: float) -> float:
     return float(np.mean(np.minimum(errs[np.isfinite(errs)], cap)))
 
 
-def _lines(x: np.ndarray, t: np.ndarray, w: np.ndarray, opts: FitOptions) -> list[list[Line]]:
-    """The best partition of every K = 1..kmax (index K - 1; [] where none is allowed)."""
+def _lines(
+    x: np.ndarray, t: np.ndarray, w: np.ndarray, opts: FitOptions, cuts: Sequence[float]
+) -> list[list[Line]]:
+    """The best partition of every K = 1..kmax (index K - 1; [] where none is allowed) with a
+    boundary at each of cuts (bytes)."""
     prep, order = prepare(x, t)
-    parts = best_partitions(prep, w[order], opts)
+    parts = best_partitions(prep, w[order], opts, cuts=cuts)
     out: list[list[Line]] = []
     for k, rss in enumerate(parts.rss, 1):
         if not np.isfinite(rss):
@@ -76,40 +81,66 @@ def regime_weights(x: np.ndarray, t: np.ndarray, opts: FitOptions) -> np.ndarray
     return fit_series(x, t, _options(opts)).weights
 
 
-def _options(opts: FitOptions) -> FitOptions:
+def _options(opts: FitOptions, secants: bool = False) -> FitOptions:
     return dataclasses.replace(
-        opts, min_sizes=REGIME_MIN_SIZES, max_segments=REGIME_MAX, bootstrap=0
+        opts, min_sizes=REGIME_MIN_SIZES, max_segments=REGIME_MAX, bootstrap=0, secants=secants
     )
 
 
-def held_out_regimes(x: np.ndarray, t: np.ndarray, w: np.ndarray, opts: FitOptions) -> list[Line]:
+def held_out_regimes(
+    x: np.ndarray,
+    t: np.ndarray,
+    w: np.ndarray,
+    opts: FitOptions,
+    segments: Sequence[SegmentLike] = (),
+) -> list[Line]:
     """The regimes of one series (bytes x, seconds t, weights w: 0 leaves a point out), as
-    lines of the chosen partition: K of 1..REGIME_MAX by the capped mean over sizes of the
-    leave-one-size-out |log(pred / t)|."""
-    ro = _options(opts)
-    full = _lines(x, t, w, ro)
+    lines of the chosen partition: a refinement of the series fit's `segments` (each boundary
+    it confirmed kept: on one sweep its top segment was a 5.7x cliff from 16 to 32 MiB that no
+    held-out size can credit), K of 1..REGIME_MAX, with or without secant regimes
+    (fit/segments.py), by the capped mean over sizes of the leave-one-size-out
+    |log(pred / t)|, fewer regimes and then no secants winning ties (a secant's held-out size
+    in a cache transition can miss by more than a line does)."""
+    cuts = []
+    if len(segments) > 1:
+        top, under = segments[-1], segments[-2]
+        if len(np.unique(x[x >= top.bytes_min])) < opts.min_sizes:  # its cliff's edge
+            cuts = [math.sqrt(max(under.bytes_max, 1) * max(top.bytes_min, 1))]
+    cands: list[tuple[int, bool, list[Line], np.ndarray]] = []  # (K, secants, lines, errors)
+    for secants in (False, True):
+        ro = _options(opts, secants)
+        full = _lines(x, t, w, ro, cuts)
+        errs = _held_out_errors(x, t, w, ro, len(full), cuts)
+        cands += [(k, secants, lines, errs[:, k]) for k, lines in enumerate(full) if lines]
+    if not cands:  # the weights here leave a segment of the series fit too few sizes
+        return held_out_regimes(x, t, w, opts)
+    cands.sort(key=lambda c: (c[0], c[1]))
+    meds = [median(e[np.isfinite(e)]) for *_, e in cands if np.isfinite(e).any()]
+    if not meds:
+        return cands[0][2]
+    cap = CAP * min(meds)  # one cap for both families: their scores are compared
+    score = [capped_mean(e, cap) if np.isfinite(e).any() else np.inf for *_, e in cands]
+    low = min(score)
+    return next(c[2] for c, e in zip(cands, score) if e <= low * TIE + 1e-12)
+
+
+def _held_out_errors(
+    x: np.ndarray, t: np.ndarray, w: np.ndarray, ro: FitOptions, kmax: int, cuts: Sequence[float]
+) -> np.ndarray:
+    """[size, K - 1]: median |log(pred / t)| of each trusted size left out of the partition
+    into K segments under options ro (NaN: an outlier size, or no such partition)."""
     sizes = np.unique(x[w > TINY])
-    errs = np.full((len(sizes), len(full)), np.nan)
+    errs = np.full((len(sizes), kmax), np.nan)
     for i, s in enumerate(sizes):
         out = x == s
         mine = out & (w > TINY)
         if np.mean(w[out]) < TRUSTED:
             continue  # an outlier size scores no partition
-        for k, lines in enumerate(_lines(x[~out], t[~out], w[~out], ro)[: len(full)]):
+        for k, lines in enumerate(_lines(x[~out], t[~out], w[~out], ro, cuts)[:kmax]):
             if lines:
                 pred = max(predict_segments(lines, s), TINY)
                 errs[i, k] = median(np.abs(np.log(pred / t[mine])))
-    meds = [median(c[np.isfinite(c)]) for c in errs.T if np.isfinite(c).any()]
-    cap = CAP * min(meds) if meds else 0.0
-    score = [
-        capped_mean(col, cap) if full[k] and np.isfinite(col).any() else np.inf
-        for k, col in enumerate(errs.T)
-    ]
-    low = min(score)
-    if not np.isfinite(low):
-        return full[0]
-    k = next(k for k, e in enumerate(score) if e <= low * TIE + 1e-12)
-    return full[k]
+    return errs
 
 
 def op_regimes(
@@ -129,5 +160,5 @@ def op_regimes(
         key, x, t, _, segs = items[i]
         w = regime_weights(x, t, opts)
         items[i] = (key, x, t, w, segs)
-        regimes[op] = held_out_regimes(x, t, w, opts)
+        regimes[op] = held_out_regimes(x, t, w, opts, segs)
     return items, regimes

@@ -1,7 +1,10 @@
 """Exact segmentation of one series into alpha-beta lines, and the choice of their number.
 
 Breakpoints are found by dynamic programming over contiguous runs of message sizes (jumps
-between segments allowed, no forced continuity); the number of segments K is chosen by a robust
+between segments allowed, no forced continuity); with `secants`, a segment above the first may
+have a negative intercept, the secant of a cache transition whose cost per byte rises with S
+(2-rank all-to-all on this host: 199 us at 4 MiB, 743 at 8, 2258 at 16), provided it is no
+faster at its lower cut than the size below it was measured; the number of segments K is chosen by a robust
 BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho of r = log(pred / t) and the
 scale s of the most flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998). A segment
 needs min_sizes trusted sizes, except a top segment of EDGE trusted sizes where the robust pass
@@ -11,6 +14,7 @@ O(K m^2).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,11 +74,14 @@ def _cost_matrix(
     min_sizes: int,
     trusted: float = TRUSTED,
     edge_from: int | None = None,
+    secants: bool = False,
+    cuts: Sequence[float] = (),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """C[i, j] = weighted relative RSS of one line over sizes i..j-1 (inf where not allowed),
     plus the line's (a, b) for each (i, j). With edge_from, a top segment of EDGE or more
     trusted sizes (and no others) may start at or above that size: the robust pass found a cliff
-    there that its neighbours confirm (series.neighbour_checked)."""
+    there that its neighbours confirm (series.neighbour_checked). With secants, see _secants.
+    No segment spans one of `cuts` (scaled bytes between two sizes)."""
     per_size = np.add.reduceat(point_stats(prep, w), prep.starts[:-1], axis=1)
     live = np.add.reduceat(w, prep.starts[:-1])[None, :] >= trusted * np.diff(prep.starts)
     cums = np.zeros((7, prep.m + 1))
@@ -86,7 +93,41 @@ def _cost_matrix(
     ok = (j > i) & (diff[6] >= min_sizes - 0.5)
     if edge_from is not None:
         ok |= (j == m) & (i >= max(edge_from, 1)) & (j - i >= EDGE) & (diff[6] >= j - i - 0.5)
+    for c in cuts:  # the first and last size of a segment on one side of every cut
+        ok &= ~((prep.sizes[np.minimum(i, m - 1)] < c) & (prep.sizes[np.maximum(j - 1, 0)] > c))
+    if secants:
+        a, b, rss = _secants(prep, w, diff[:6], a, b, rss)
     return np.where(ok, rss, np.inf), a, b
+
+
+def _secants(
+    prep: Prepared, w: np.ndarray, sums: np.ndarray, a: np.ndarray, b: np.ndarray, rss: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Segments i..j-1 above the first whose unconstrained line has a negative intercept take
+    it, where that line at the lower cut (the geometric mean of sizes i - 1 and i) is at least
+    the weighted mean time measured at size i - 1: time never falls as S grows."""
+    s0, r1, r2, s11, s12, s22 = sums
+    m = prep.m
+    i = np.arange(m + 1)[:, None]
+    below = np.clip(i - 1, 0, m - 1)
+    cut = np.sqrt(prep.sizes[below] * prep.sizes[np.clip(i, 0, m - 1)])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        det = s11 * s22 - s12 * s12
+        ua = (s22 * r1 - s12 * r2) / det
+        ub = (s11 * r2 - s12 * r1) / det
+        at_size = np.add.reduceat(w * prep.t, prep.starts[:-1]) / np.add.reduceat(
+            w, prep.starts[:-1]
+        )
+        use = (
+            (i > 0)
+            & (i < m)
+            & (det > 1e-12 * s11 * s22)
+            & (ua < 0)
+            & (ub > 0)
+            & (ua + ub * cut >= at_size[below])
+        )
+        urss = np.maximum(s0 - (ua * r1 + ub * r2), 0.0)
+    return np.where(use, ua, a), np.where(use, ub, b), np.where(use, urss, rss)
 
 
 def _walk_back(backs: list[np.ndarray], k: int, m: int) -> list[int]:
@@ -111,17 +152,26 @@ class Partitions:
 
 
 def best_partitions(
-    prep: Prepared, w: np.ndarray, opts: FitOptions, edge_from: int | None = None
+    prep: Prepared,
+    w: np.ndarray,
+    opts: FitOptions,
+    edge_from: int | None = None,
+    cuts: Sequence[float] = (),
 ) -> Partitions:
     """Least weighted RSS of every K = 1..kmax by dynamic programming over the sizes.
 
     When the robust weights leave fewer than min_sizes trusted sizes in the whole series, every
-    size counts (a short series with an outlier still gets its one line). edge_from: see
-    _cost_matrix."""
+    size counts (a short series with an outlier still gets its one line). edge_from, cuts (in
+    bytes): see _cost_matrix."""
     m = prep.m
-    C, A, B = _cost_matrix(prep, w, opts.min_sizes, edge_from=edge_from)
+    scaled = [c / prep.x_scale for c in cuts]
+    C, A, B = _cost_matrix(
+        prep, w, opts.min_sizes, edge_from=edge_from, secants=opts.secants, cuts=scaled
+    )
     if not np.isfinite(C[0, m]):
-        C, A, B = _cost_matrix(prep, w, opts.min_sizes, trusted=0.0)
+        C, A, B = _cost_matrix(
+            prep, w, opts.min_sizes, trusted=0.0, secants=opts.secants, cuts=scaled
+        )
     kmax = max(1, min(opts.max_segments, m // opts.min_sizes))
     E = C[0].copy()  # best RSS of sizes 0..j-1 in k segments
     backs: list[np.ndarray] = []
