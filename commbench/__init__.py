@@ -12,7 +12,7 @@ ENV_CACHE = "COMMBENCH_CACHE_DIR"
 
 
 def user_cache(kind: str) -> Path:
-    """commbench's per-user cache of one kind (native, suites): under $COMMBENCH_CACHE_DIR,
+    """commbench's per-user cache of one kind (native, suites, routes): under $COMMBENCH_CACHE_DIR,
     else $XDG_CACHE_HOME/commbench, else ~/.cache/commbench."""
     root = os.environ.get(ENV_CACHE)
     if not root:

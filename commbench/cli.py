@@ -53,6 +53,33 @@ def _usage_exit_delay(message: str) -> None:
         print(f"commbench: rank {detect().rank}: error: {message}", file=sys.stderr, flush=True)
 
 
+def terminal_columns() -> int:
+    """shutil.get_terminal_size().columns ($COLUMNS, else stdout's terminal, else 80) without
+    importing shutil, which loads bz2 and lzma: ~5 ms a rank before the first collective, since
+    argparse sizes a new formatter to check each argument it is given."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, its width found without shutil (terminal_columns)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24) -> None:
+        super().__init__(prog, indent_increment, max_help_position, terminal_columns() - 2)
+
+
+class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """argparse's RawDescriptionHelpFormatter (descriptions kept as written), sized likewise."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports errors from rank 0 only (every rank still exits 2)."""
 
@@ -75,6 +102,7 @@ def build_parser(only: str | None = None) -> tuple[Parser, dict]:
     """The parser with every built command, or with just `only` (start-up imports one module)."""
     parser = Parser(
         prog="commbench",
+        formatter_class=HelpFormatter,
         description="Collective-communication microbenchmarks for LLM parallelism: measure "
         "DP/ZeRO/TP/PP/CP/EP traffic, fit alpha-beta link models, plan parallel configs.",
     )
@@ -89,7 +117,7 @@ def build_parser(only: str | None = None) -> tuple[Parser, dict]:
             name,
             help=mod.HELP,
             description=mod.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
         modules[name] = mod

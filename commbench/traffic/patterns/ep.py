@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commbench.errors import UsageError
+from commbench.traffic import routecache
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check, check_choice
@@ -83,7 +84,22 @@ def route(options: Options, tokens: int, experts: int, top_k: int, sources: int)
     """Tokens per [source rank, expert]: each token picks top_k distinct experts, sampled
     without replacement from the router's probabilities (Gumbel top-k, seeded); with a
     group_limit M, only among the experts of the M groups whose best top_k/M scores sum
-    highest (DeepSeek-V3's node-limited routing)."""
+    highest (DeepSeek-V3's node-limited routing). Cached per user (traffic/routecache): a
+    warm rank never imports numpy.random."""
+    key = {
+        "router": options.router,
+        "seed": options.seed,
+        "zipf_s": options.zipf_s,
+        "dirichlet_alpha": options.dirichlet_alpha,
+        "groups": options.groups,
+        "group_limit": options.group_limit,
+        "shape": [tokens, experts, top_k, sources],
+    }
+    return routecache.load(key, lambda: _route(options, tokens, experts, top_k, sources))
+
+
+def _route(options: Options, tokens: int, experts: int, top_k: int, sources: int) -> np.ndarray:
+    """route's draw, uncached."""
     probs = router_probs(options, experts, sources)
     rng = np.random.default_rng([options.seed, 1])
     counts = np.zeros((sources, experts), dtype=np.int64)
