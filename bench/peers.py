@@ -23,6 +23,18 @@ adaptive count would time a different number of calls; pingpong timed back to ba
 (`--timing pipelined`), as osu_latency and IMB PingPong; commbench's buffers in the same mode
 as the tools' own (`plain`: 4 KiB pages, what their page-aligned malloc gets under THP
 `madvise`).
+
+The noise, found on a 2-vCPU KVM guest (OSU alone, 2-rank 1 MiB osu_allreduce, jobs over
+~400 us slow, the others ~230 us): slow jobs 33 of 64 with Open MPI's binding (core), 8 of 16
+`--bind-to core` explicitly, 7 of 16 `--bind-to none`, 3 of 12 `--mca coll ^han`, 7 of 28 with
+ASLR off (`setarch -R`), 11 of 32 with THP for the tools' malloc
+(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which also smears the two modes); and inside one
+mpi4py job the same all-reduce flips between the two modes from one block of 50 calls to the
+next (0.3 s asleep between blocks), so the state is neither the job's pages nor its addresses
+nor its binding; most likely the host's (where the vCPUs run after an idle gap), out of the guest's
+reach and drawn alike for every tool. Hence `min` beside `x` and `med`: each tool's fastest
+round over the other's (best_table), a job in the fast state for both unless every round of
+one drew the slow one.
 """
 
 from __future__ import annotations
