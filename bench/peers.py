@@ -276,27 +276,6 @@ def medians_table(
     return out
 
 
-def best_table(
-    rounds: list[dict[Key, float]], peer: str, tool: str = "commbench"
-) -> dict[tuple[str, int, int], float]:
-    """(op, ranks, size) -> `tool`'s fastest round / `peer`'s fastest round. The VM's state
-    (here a 2-rank 1 MiB all-reduce at ~230 us or ~490 us) is the machine's, not the job's: it
-    flips inside one job across 0.3 s idle gaps (the ranks asleep), so no launch setting pins
-    it, and each tool's jobs draw it alike; the fastest of R rounds is a job in the fast state
-    for each tool unless all R drew the slow one (2^-R at even odds), as timeit takes the
-    minimum of its repeats for the same reason (noise only adds time)."""
-    times: dict[tuple[str, tuple[str, int, int]], list[float]] = {}
-    for got in rounds:
-        for (who, op, n, size), t in got.items():
-            times.setdefault((who, (op, n, size)), []).append(t)
-    out = {}
-    for (who, key), ts in sorted(times.items()):
-        mine = times.get((tool, key))
-        if who == peer and mine and min(ts) > 0:
-            out[key] = min(mine) / min(ts)
-    return out
-
-
 def print_table(tables: dict[str, dict[tuple[str, int, int], float]], lo: float, hi: float) -> int:
     """One row per (op, ranks, size), one column per table; returns cells outside [lo, hi]."""
     peers = list(tables)
@@ -371,14 +350,11 @@ def main() -> int:
     used = [p for p, where in peers.items() if where is not None]
     tables = {f"{p}/x": ratio_table(rounds, p) for p in used}
     tables |= {f"{p}/med": medians_table(rounds, p) for p in used}
-    tables |= {f"{p}/min": best_table(rounds, p) for p in used}
     if args.control and osu is not None:  # same statistic, OSU's second job over its first
         tables["aa/x"] = ratio_table(rounds, "osu", tool="osu-again")
         tables["aa/med"] = medians_table(rounds, "osu", tool="osu-again")
-        tables["aa/min"] = best_table(rounds, "osu", tool="osu-again")
     print(f"# commbench time / peer time ({args.stat}) over {len(rounds)} interleaved rounds: "
-          "x = median of the ratios within a round, med = ratio of the medians over rounds, "
-          "min = ratio of the fastest rounds; "
+          "x = median of the ratios within a round, med = ratio of the medians over rounds; "
           f"buffers {args.buffers}" + ("; aa = OSU's second job / its first (the A/A control)"
                                        if args.control else ""))  # fmt: skip
     print_table(tables, 0.9, 1.1)

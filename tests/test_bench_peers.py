@@ -116,17 +116,3 @@ def test_sizes_per_job_cover_the_sweep_once_in_runs_of_that_many(peers):
     assert chunks[:2] == [(8, 64), (128, 1024)] and chunks[-1] == (1 << 19, 4 << 20)
     covered = [1 << k for a, b in chunks for k in range(a.bit_length() - 1, b.bit_length())]
     assert covered == [1 << k for k in range(3, 23)]
-
-
-def test_fastest_rounds_compare_the_same_machine_state(peers):
-    # the VM's state (fast ~230 us or slow ~490 us at a 2-rank 1 MiB all-reduce) is drawn per
-    # job alike for both tools: the pairing decides the median of ratios and, with the slow
-    # state in most rounds of one tool, the ratio of medians too; each tool's fastest round is
-    # a job in the fast state, so their ratio compares the tools in one state
-    times = {"commbench": [230.0, 490.0, 480.0, 500.0], "osu": [490.0, 240.0, 235.0, 495.0]}
-    rounds = [
-        {(who, "allreduce", 2, 1 << 20): ts[i] for who, ts in times.items()} for i in range(4)
-    ]
-    assert peers.medians_table(rounds, "osu") == {("allreduce", 2, 1 << 20): 485.0 / 365.0}
-    assert peers.best_table(rounds, "osu") == {("allreduce", 2, 1 << 20): 230.0 / 235.0}
-    assert peers.best_table(rounds, "imb") == {}
