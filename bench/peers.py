@@ -29,7 +29,8 @@ is slow, the others read ~230 us): slow jobs 33 of 64 with Open MPI's own bindin
 16 `--bind-to core`, 7 of 16 `--bind-to none`, 3 of 12 `--mca coll ^han`, 7 of 28 with ASLR
 off (`setarch -R`), 11 of 32 with THP for the tools' malloc
 (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which also smears the two modes), 3 of 12 after 1 s
-idle and 7 of 12 after 1 s of both vCPUs spinning: no setting pins it. Inside one mpi4py job
+idle and 7 of 12 after 1 s of both vCPUs spinning, 7 of 12 with a 2000-call warm-up
+(`-x 2000`) against 6 of 12 with OSU's 10: no setting pins it. Inside one mpi4py job
 of 20 blocks of 50 calls, run back to back, 5 of 6 jobs held one state throughout (one
 flipped once); with the ranks asleep 0.3 s between blocks, 26 of 120 blocks were fast and the
 state flipped from block to block. So it is not the job's pages, addresses or binding (they
