@@ -23,6 +23,21 @@ adaptive count would time a different number of calls; pingpong timed back to ba
 (`--timing pipelined`), as osu_latency and IMB PingPong; commbench's buffers in the same mode
 as the tools' own (`plain`: 4 KiB pages, what their page-aligned malloc gets under THP
 `madvise`).
+
+The noise, on a 2-vCPU KVM guest (OSU alone, 2-rank 1 MiB osu_allreduce; a job over ~400 us
+is slow, the others read ~230 us): slow jobs 33 of 64 with Open MPI's own binding (core), 8 of
+16 `--bind-to core`, 7 of 16 `--bind-to none`, 3 of 12 `--mca coll ^han`, 7 of 28 with ASLR
+off (`setarch -R`), 11 of 32 with THP for the tools' malloc
+(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which also smears the two modes), 3 of 12 after 1 s
+idle and 7 of 12 after 1 s of both vCPUs spinning, 7 of 12 with a 2000-call warm-up
+(`-x 2000`) against 6 of 12 with OSU's 10: no setting pins it. Inside one mpi4py job
+of 20 blocks of 50 calls, run back to back, 5 of 6 jobs held one state throughout (one
+flipped once); with the ranks asleep 0.3 s between blocks, 26 of 120 blocks were fast and the
+state flipped from block to block. So it is not the job's pages, addresses or binding (they
+stay put while it flips), but something the machine does while the ranks wait, out of the
+guest's reach and drawn alike for every tool. The fastest round of each tool (a minimum, as
+timeit takes) left the A/A control as wide as the in-round median (37 against 35 of 80 cells
+outside 0.9-1.1x, 6 rounds), so the table keeps x and med and no band is reachable here.
 """
 
 from __future__ import annotations
