@@ -135,7 +135,7 @@ def _fit_model(
             a, b, _ = fit_log_line(P.A[sel], P.B[sel] * P.x[sel], P.t[sel], P.w[sel], start, opts)
             term = Term(seg.bytes_min, seg.bytes_max, a, b)
             if lines and seg.alpha_s < 0:  # held out, the regime is a cache transition's secant
-                term = _secant(P, sel, lines[-1], seg, opts) or term
+                term = _secant(model, P, sel, lines[-1], seg, opts) or term
             lines.append(term)
         if not lines:
             continue
@@ -176,12 +176,16 @@ def _fit_model(
     )
 
 
-def _secant(P: _Points, sel: np.ndarray, under: Term, seg: Line, opts: FitOptions) -> Term | None:
+def _secant(
+    model: str, P: _Points, sel: np.ndarray, under: Term, seg: Line, opts: FitOptions
+) -> Term | None:
     """The regime `seg` of sel's points as a secant: alpha A + B (c + beta S) with alpha the
     regime below's (`under`: latency steps do not vanish in a cache transition) and c < 0
     (Term's bytes_offset = -c / beta); None where the fit has c >= 0, or where at its lower cut
     it is faster than the regime under it at that regime's largest size, as segments.py asks
-    of the measurements (with alpha shared, if it holds at one group size it holds at all)."""
+    of the measurements, at each group size it was measured at, each regime under its own
+    coefficients (a library's algorithm may switch between them). With alpha shared and a fixed
+    model's coefficients, if it holds at one group size it holds at all."""
     rest = P.t[sel] - under.alpha_s * P.A[sel]
     w = np.where(rest > 0, P.w[sel], 0.0)
     rest = np.where(rest > 0, rest, P.t[sel])  # left out (w 0), kept positive for the log
@@ -190,10 +194,16 @@ def _secant(P: _Points, sel: np.ndarray, under: Term, seg: Line, opts: FitOption
     if not (c < 0 < b):
         return None
     offset = -c / b
+    term = Term(seg.bytes_min, seg.bytes_max, under.alpha_s, b, offset)
     cut = math.sqrt(max(under.bytes_max, 1) * max(seg.bytes_min, 1))
-    if b * (cut - offset) < under.beta_s_per_byte * (under.bytes_max - under.bytes_offset):
-        return None
-    return Term(seg.bytes_min, seg.bytes_max, under.alpha_s, b, offset)
+    op = str(P.ops[sel][0])
+    for p in {int(q) for q in P.ps[sel]}:
+        at = under.bytes_max
+        low = predict_segments([under.scaled(*coefficients(model, op, p, at))], at)
+        mine = coefficients(model, op, p, seg.bytes_min)  # its own algorithm's, at a switch
+        if predict_segments([term.scaled(*mine)], cut) < low:
+            return None
+    return term
 
 
 def latency_keep(items: list[LinkPoints]) -> np.ndarray:
