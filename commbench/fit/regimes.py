@@ -95,13 +95,13 @@ def held_out_regimes(
     segments: Sequence[SegmentLike] = (),
 ) -> list[Line]:
     """The regimes of one series (bytes x, seconds t, weights w: 0 leaves a point out), as
-    lines of the chosen partition: a refinement of the series fit's `segments` (each boundary
-    it confirmed kept: on one sweep its top segment was a 5.7x cliff from 16 to 32 MiB that no
+    lines of the chosen partition: with the boundary below the series fit's top segment where
+    that is a two-size cliff (segments.EDGE: on one sweep 5.7x from 16 to 32 MiB, which no
     held-out size can credit), K of 1..REGIME_MAX, with or without secant regimes
     (fit/segments.py), by the capped mean over sizes of the leave-one-size-out
     |log(pred / t)|, fewer regimes and then no secants winning ties (a secant's held-out size
     in a cache transition can miss by more than a line does)."""
-    cuts = []
+    cuts: list[float] = []
     if len(segments) > 1:
         top, under = segments[-1], segments[-2]
         if len(np.unique(x[x >= top.bytes_min])) < opts.min_sizes:  # its cliff's edge
@@ -112,8 +112,8 @@ def held_out_regimes(
         full = _lines(x, t, w, ro, cuts)
         errs = _held_out_errors(x, t, w, ro, len(full), cuts)
         cands += [(k, secants, lines, errs[:, k]) for k, lines in enumerate(full) if lines]
-    if not cands:  # the weights here leave a segment of the series fit too few sizes
-        return held_out_regimes(x, t, w, opts)
+    if not cands:  # the weights here leave the cliff's segment too few sizes
+        return held_out_regimes(x, t, w, opts) if cuts else []
     cands.sort(key=lambda c: (c[0], c[1]))
     meds = [median(e[np.isfinite(e)]) for *_, e in cands if np.isfinite(e).any()]
     if not meds:

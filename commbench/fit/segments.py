@@ -4,11 +4,11 @@ Breakpoints are found by dynamic programming over contiguous runs of message siz
 between segments allowed, no forced continuity); with `secants`, a segment above the first may
 have a negative intercept, the secant of a cache transition whose cost per byte rises with S
 (2-rank all-to-all on this host: 199 us at 4 MiB, 743 at 8, 2258 at 16), provided it is no
-faster at its lower cut than the size below it was measured; the number of segments K is chosen by a robust
-BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho of r = log(pred / t) and the
-scale s of the most flexible partition (Yao 1988; Machado 1993; Bai & Perron 1998). A segment
-needs min_sizes trusted sizes, except a top segment of EDGE trusted sizes where the robust pass
-confirmed a cliff. Every segment cost comes from prefix sums, so a series of m sizes costs
+faster at its lower cut than the size below it was measured. The number of segments K is
+chosen by a robust BIC, 2 sum rho(r / s) + penalty (3K - 1) log n with Huber's rho of
+r = log(pred / t) and the scale s of the most flexible partition (Yao 1988; Machado 1993; Bai &
+Perron 1998). A segment needs min_sizes trusted sizes, except a top segment of EDGE trusted
+sizes where the robust pass confirmed a cliff. Every segment cost comes from prefix sums, so a series of m sizes costs
 O(K m^2).
 """
 
