@@ -196,9 +196,8 @@ def _secant(
     offset = -c / b
     term = Term(seg.bytes_min, seg.bytes_max, under.alpha_s, b, offset)
     cut = math.sqrt(max(under.bytes_max, 1) * max(seg.bytes_min, 1))
-    op = str(P.ops[sel][0])
+    op, at = str(P.ops[sel][0]), under.bytes_max
     for p in {int(q) for q in P.ps[sel]}:
-        at = under.bytes_max
         low = predict_segments([under.scaled(*coefficients(model, op, p, at))], at)
         mine = coefficients(model, op, p, seg.bytes_min)  # its own algorithm's, at a switch
         if predict_segments([term.scaled(*mine)], cut) < low:

@@ -7,21 +7,20 @@ over 2 cores that is ~0.12 s before the first collective. The counts are a pure 
 router's options, the shape routed and numpy's version (a Generator's stream may change between
 numpy releases, NEP 19), so an entry is keyed by all of them, kept beside its key text and used
 only for exactly that key: it never goes stale. One entry (a few KB) per distinct routing,
-written to a private temporary file and renamed into place, as the suite cache does; a cache
-that cannot be read or written is passed by: it only ever saves time.
+written atomically (commbench.write_cache_entry, as the suite cache's); a cache that cannot
+be read or written is passed by: it only ever saves time.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from commbench import user_cache
+from commbench import user_cache, write_cache_entry
 
 FORMAT = 1  # bump when an entry's layout changes
 
@@ -40,12 +39,5 @@ def load(key: dict[str, Any], compute: Callable[[], np.ndarray]) -> np.ndarray:
     counts = compute()
     assert counts.dtype == np.int64 and counts.ndim == 2, counts.dtype
     blob = json.dumps({"key": text, "counts": counts.tolist()})
-    tmp = where.with_name(f".{where.name}.{os.uname().nodename}.{os.getpid()}")  # hosts share homes
-    try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(blob)
-        os.replace(tmp, where)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    write_cache_entry(where, blob)
     return counts

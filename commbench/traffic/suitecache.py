@@ -17,13 +17,12 @@ before anything is written), so their messages come from the parser every time.
 from __future__ import annotations
 
 import contextlib
-import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from commbench import user_cache
+from commbench import user_cache, write_cache_entry
 
 FORMAT = 1  # bump when an entry's layout changes
 
@@ -58,11 +57,4 @@ def _store(where: Path, path: Path, text: str, data: Any) -> None:
         return
     if json.loads(blob)["data"] != data:
         return
-    tmp = where.with_name(f".{where.name}.{os.uname().nodename}.{os.getpid()}")  # hosts share homes
-    try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(blob)
-        os.replace(tmp, where)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    write_cache_entry(where, blob)
