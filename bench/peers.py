@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -55,6 +56,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import BUILD, Row, commbench, mpirun, tool, write_rows  # noqa: E402
+
+from commbench.measure.transport.heap import KEEP  # noqa: E402
 
 OPS = ("pingpong", "allreduce", "allgather", "alltoall")
 OSU_PROGRAMS = {
@@ -73,6 +76,11 @@ OSU_LARGE = 8192  # LARGE_MESSAGE_SIZE in OSU's osu_util.h: sizes above take the
 # (iterations, warm-up) below and above OSU_LARGE: LAT_LOOP_* / COLL_LOOP_* and *_SKIP_*
 OSU_ITERS = {"pingpong": ((10000, 100), (1000, 10)), "collective": ((1000, 100), (100, 10))}
 Key = tuple[str, str, int, int]  # (tool, op, ranks, size)
+# commbench's own heap policy (measure/transport/heap.py: mmap off, never trim) given to the C
+# tools through glibc's tunables, so that Open MPI's per-call scratch is warm in every process:
+# under glibc's default a 2-rank 4 MiB osu_allreduce faulted in fresh scratch on some calls
+# (median of 5 fast jobs 713 us against 624 us kept, commbench 0.85x of OSU over 30 rounds)
+HEAP_KEPT = f"glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold={KEEP}"
 
 
 # ---- building --------------------------------------------------------------------------------
@@ -82,6 +90,10 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
     )
     if p.returncode:
         sys.exit(f"peers: {' '.join(cmd)} in {cwd} failed:\n{(p.stdout + p.stderr)[-3000:]}")
+
+
+# a tree from git has checkout-time mtimes, so make would rerun automake on files it never edited
+NO_AUTOTOOLS = ("ACLOCAL=true", "AUTOMAKE=true", "AUTOCONF=true", "AUTOHEADER=true")
 
 
 def build_osu(src: Path, work: Path) -> Path:
@@ -96,9 +108,14 @@ def build_osu(src: Path, work: Path) -> Path:
     if all((tree / prog).exists() for prog in OSU_PROGRAMS.values()):
         return tree  # the tree given was built already
     cc = tool("mpicc")
-    _run(["./configure", f"CC={cc}", f"CXX={Path(cc).with_name('mpicxx')}"], tree)
+    # FLOAT_PRECISION (osu_util.h, #ifndef-guarded): OSU prints 2 decimals, which at the 0.15 us
+    # of an 8 B ping-pong here is a +-3% step of its own; 4 decimals change nothing it times
+    flags = "CFLAGS=-g -O2 -DFLOAT_PRECISION=4"
+    _run(["./configure", f"CC={cc}", f"CXX={Path(cc).with_name('mpicxx')}", flags], tree)
+    # OSU 7.0 makes its util library in c/util; from 7.1 each program's Makefile compiles it
     for sub in ("c/util", "c/mpi/pt2pt/standard", "c/mpi/collective/blocking"):
-        _run(["make", "-j2"], tree / sub)
+        if (tree / sub / "Makefile").exists():
+            _run(["make", "-j2", *NO_AUTOTOOLS], tree / sub)
     return tree
 
 
@@ -207,13 +224,14 @@ def one_round(
             if op == "pingpong" and n != 2:
                 continue
             for c, (a, b) in enumerate(size_chunks(8, hi, args.sizes_per_job)):
+                env = peer_env(args.peer_heap)
                 jobs = [("commbench", partial(run_commbench, op, n, a, b, args))]
                 if osu is not None:
-                    jobs.append(("osu", partial(run_osu, osu, op, n, a, b)))
+                    jobs.append(("osu", partial(run_osu, osu, op, n, a, b, env)))
                     if args.control:  # OSU a second time: the A/A control
-                        jobs.append(("osu-again", partial(run_osu, osu, op, n, a, b)))
+                        jobs.append(("osu-again", partial(run_osu, osu, op, n, a, b, env)))
                 if imb is not None:
-                    jobs.append(("imb", partial(run_imb, imb, op, n, a, b)))
+                    jobs.append(("imb", partial(run_imb, imb, op, n, a, b, env)))
                 for who, job in job_order(jobs, turn + c, control=args.control):
                     time.sleep(args.pause)
                     for size, t in job().items():
@@ -233,15 +251,24 @@ def job_order(jobs: list, turn: int, control: bool) -> list:
     return jobs[k:] + jobs[:k]
 
 
-def run_osu(osu: Path, op: str, n: int, lo: int, hi: int) -> dict[int, float]:
+def peer_env(heap: str) -> dict[str, str]:
+    """The C tools' environment: commbench's heap policy added to any glibc tunables set
+    (`--peer-heap kept`), or glibc's default left as it is (`libc`)."""
+    if heap == "libc":
+        return {}
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    return {"GLIBC_TUNABLES": f"{tunables}:{HEAP_KEPT}" if tunables else HEAP_KEPT}
+
+
+def run_osu(osu: Path, op: str, n: int, lo: int, hi: int, env: dict) -> dict[int, float]:
     argv = [str(osu / OSU_PROGRAMS[op]), "-m", f"{lo}:{hi}", *OSU_TYPE.get(op, [])]
-    return parse_osu(mpirun(n, argv, timeout=900))
+    return parse_osu(mpirun(n, argv, timeout=900, env=env))
 
 
-def run_imb(imb: Path, op: str, n: int, lo: int, hi: int) -> dict[int, float]:
+def run_imb(imb: Path, op: str, n: int, lo: int, hi: int, env: dict) -> dict[int, float]:
     argv = [str(imb), "-msglog", f"{lo.bit_length() - 1}:{hi.bit_length() - 1}", "-time", "60"]
     argv += ["-npmin", str(n), IMB_BENCHMARKS[op]]
-    return parse_imb(mpirun(n, argv, timeout=900)).get(IMB_BENCHMARKS[op], {})
+    return parse_imb(mpirun(n, argv, timeout=900, env=env)).get(IMB_BENCHMARKS[op], {})
 
 
 # ---- the table -------------------------------------------------------------------------------
@@ -308,6 +335,13 @@ def main() -> int:
     ap.add_argument("--max", default="4M", help="largest size, a power of 2 (default: 4M)")
     ap.add_argument("--buffers", choices=("plain", "hugepage"), default="plain")
     ap.add_argument(
+        "--peer-heap",
+        choices=("kept", "libc"),
+        default="kept",
+        help="the C tools' malloc: commbench's policy (mmap off, no trim) or glibc's default "
+        "(default: %(default)s)",
+    )
+    ap.add_argument(
         "--stat", choices=("rank_avg_us", "time_mean_us", "time_us"), default="rank_avg_us"
     )
     ap.add_argument(
@@ -358,7 +392,7 @@ def main() -> int:
         tables["aa/med"] = medians_table(rounds, "osu", tool="osu-again")
     print(f"# commbench time / peer time ({args.stat}) over {len(rounds)} interleaved rounds: "
           "x = median of the ratios within a round, med = ratio of the medians over rounds; "
-          f"buffers {args.buffers}" + ("; aa = OSU's second job / its first (the A/A control)"
+          f"buffers {args.buffers}, peers' heap {args.peer_heap}" + ("; aa = OSU's second job / its first (the A/A control)"
                                        if args.control else ""))  # fmt: skip
     print_table(tables, 0.9, 1.1)
     rows = []
