@@ -22,22 +22,22 @@ warm-up up to 8 KiB, 1000 + 10 above; the collectives 1000 + 100 and 100 + 10), 
 adaptive count would time a different number of calls; pingpong timed back to back
 (`--timing pipelined`), as osu_latency and IMB PingPong; commbench's buffers in the same mode
 as the tools' own (`plain`: 4 KiB pages, what their page-aligned malloc gets under THP
-`madvise`).
+`madvise`); the tools' malloc under commbench's own heap policy (`--peer-heap kept`: mmap off,
+never trim, through GLIBC_TUNABLES; measure/transport/heap.py says why commbench keeps Open
+MPI's per-call scratch warm), else a 2-rank 4 MiB allreduce read 0.85x of OSU over 30 rounds;
+OSU built with 4 decimals (FLOAT_PRECISION, printing only). Left unlike: osu_latency 7.4
+reads MPI_Wtime twice per round trip (~30 ns a read here) where commbench's back-to-back loop
+reads it twice per run, so at 8-256 B commbench reads 0.91-0.96x of OSU where OSU reads
+1.00-1.03x of itself.
 
-The noise, on a 2-vCPU KVM guest (OSU alone, 2-rank 1 MiB osu_allreduce; a job over ~400 us
-is slow, the others read ~230 us): slow jobs 33 of 64 with Open MPI's own binding (core), 8 of
-16 `--bind-to core`, 7 of 16 `--bind-to none`, 3 of 12 `--mca coll ^han`, 7 of 28 with ASLR
-off (`setarch -R`), 11 of 32 with THP for the tools' malloc
-(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which also smears the two modes), 3 of 12 after 1 s
-idle and 7 of 12 after 1 s of both vCPUs spinning, 7 of 12 with a 2000-call warm-up
-(`-x 2000`) against 6 of 12 with OSU's 10: no setting pins it. Inside one mpi4py job
-of 20 blocks of 50 calls, run back to back, 5 of 6 jobs held one state throughout (one
-flipped once); with the ranks asleep 0.3 s between blocks, 26 of 120 blocks were fast and the
-state flipped from block to block. So it is not the job's pages, addresses or binding (they
-stay put while it flips), but something the machine does while the ranks wait, out of the
-guest's reach and drawn alike for every tool. The fastest round of each tool (a minimum, as
-timeit takes) left the A/A control as wide as the in-round median (37 against 35 of 80 cells
-outside 0.9-1.1x, 6 rounds), so the table keeps x and med and no band is reachable here.
+The noise, on a 2-vCPU KVM guest, is by job: a 2-rank 1 MiB allreduce reads ~170 us or ~700
+us (4x) for a whole job, whichever tool runs it (20-40% of jobs slow), small sizes move
+between ~0.2, ~0.3 and ~0.7 us likewise, and the state is drawn again across idle gaps (no
+binding, coll, ASLR, THP, warm-up or pre-spin setting pinned it; with the guest's idle loop
+polling, /dev/cpu_dma_latency 0, every job read slow). A round's ratio compares two such
+draws, so few rounds leave the A/A control (`--control`) as wide as the comparison: 16 of 80
+cells outside 0.9-1.1x over 6 rounds, 1 over 30, 0 over 60, and commbench / OSU 29, 2, 0
+(x). So: `--rounds 60` where the control is wide (20 min on 2 ranks with the control).
 """
 
 from __future__ import annotations

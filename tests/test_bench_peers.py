@@ -116,3 +116,44 @@ def test_sizes_per_job_cover_the_sweep_once_in_runs_of_that_many(peers):
     assert chunks[:2] == [(8, 64), (128, 1024)] and chunks[-1] == (1 << 19, 4 << 20)
     covered = [1 << k for a, b in chunks for k in range(a.bit_length() - 1, b.bit_length())]
     assert covered == [1 << k for k in range(3, 23)]
+
+
+# a 4 MiB block: glibc's default mmaps it; under the kept policy it comes from the brk heap
+HEAP_PROBE = """
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+where = libc.malloc(4 << 20)
+for line in open("/proc/self/maps"):
+    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+    if lo <= where < hi:
+        print("heap" if line.rstrip().endswith("[heap]") else "mmap")
+"""
+
+
+@pytest.mark.parametrize(("heap", "served"), [("kept", "heap"), ("libc", "mmap")])
+def test_peer_heap_gives_the_c_tools_commbenchs_malloc_policy(peers, monkeypatch, heap, served):
+    import os
+    import subprocess
+
+    from commbench.measure.transport.heap import KEEP
+
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    env = peers.peer_env(heap)
+    if heap == "kept":
+        assert (
+            env["GLIBC_TUNABLES"] == f"glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold={KEEP}"
+        )
+    got = subprocess.run(
+        [sys.executable, "-c", HEAP_PROBE],
+        env={k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert got == [served]
+
+
+def test_peer_heap_keeps_the_users_own_tunables(peers, monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
+    assert peers.peer_env("kept")["GLIBC_TUNABLES"].startswith("glibc.malloc.arena_max=1:")
