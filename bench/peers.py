@@ -57,7 +57,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import BUILD, Row, commbench, mpirun, tool, write_rows  # noqa: E402
 
-from commbench.measure.transport.heap import KEEP  # noqa: E402
+from commbench.measure.transport.heap import TUNABLES  # noqa: E402
 
 OPS = ("pingpong", "allreduce", "allgather", "alltoall")
 OSU_PROGRAMS = {
@@ -76,11 +76,6 @@ OSU_LARGE = 8192  # LARGE_MESSAGE_SIZE in OSU's osu_util.h: sizes above take the
 # (iterations, warm-up) below and above OSU_LARGE: LAT_LOOP_* / COLL_LOOP_* and *_SKIP_*
 OSU_ITERS = {"pingpong": ((10000, 100), (1000, 10)), "collective": ((1000, 100), (100, 10))}
 Key = tuple[str, str, int, int]  # (tool, op, ranks, size)
-# commbench's own heap policy (measure/transport/heap.py: mmap off, never trim) given to the C
-# tools through glibc's tunables, so that Open MPI's per-call scratch is warm in every process:
-# under glibc's default a 2-rank 4 MiB osu_allreduce faulted in fresh scratch on some calls
-# (median of 5 fast jobs 713 us against 624 us kept, commbench 0.85x of OSU over 30 rounds)
-HEAP_KEPT = f"glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold={KEEP}"
 
 
 # ---- building --------------------------------------------------------------------------------
@@ -219,12 +214,12 @@ def one_round(
     seconds apart (on this VM, 4 sizes a job did not bring the A/A control closer than
     whole-sweep jobs: a 2-rank all-reduce's state flips from job to job)."""
     got: dict[Key, float] = {}
+    env = peer_env(args.peer_heap)
     for n in ranks:
         for op in OPS:
             if op == "pingpong" and n != 2:
                 continue
             for c, (a, b) in enumerate(size_chunks(8, hi, args.sizes_per_job)):
-                env = peer_env(args.peer_heap)
                 jobs = [("commbench", partial(run_commbench, op, n, a, b, args))]
                 if osu is not None:
                     jobs.append(("osu", partial(run_osu, osu, op, n, a, b, env)))
@@ -252,12 +247,15 @@ def job_order(jobs: list, turn: int, control: bool) -> list:
 
 
 def peer_env(heap: str) -> dict[str, str]:
-    """The C tools' environment: commbench's heap policy added to any glibc tunables set
-    (`--peer-heap kept`), or glibc's default left as it is (`libc`)."""
+    """The C tools' environment: commbench's heap policy (heap.TUNABLES: mmap off, never trim)
+    added to any glibc tunables set (`--peer-heap kept`), so Open MPI's per-call scratch is
+    warm in every process, or glibc's default left as it is (`libc`). Under the default a
+    2-rank 4 MiB osu_allreduce faulted in fresh scratch on some calls: median of 5 fast jobs
+    713 us against 624 us kept, commbench 0.85x of OSU over 30 rounds."""
     if heap == "libc":
         return {}
     tunables = os.environ.get("GLIBC_TUNABLES")
-    return {"GLIBC_TUNABLES": f"{tunables}:{HEAP_KEPT}" if tunables else HEAP_KEPT}
+    return {"GLIBC_TUNABLES": f"{tunables}:{TUNABLES}" if tunables else TUNABLES}
 
 
 def run_osu(osu: Path, op: str, n: int, lo: int, hi: int, env: dict) -> dict[int, float]:
@@ -392,8 +390,8 @@ def main() -> int:
         tables["aa/med"] = medians_table(rounds, "osu", tool="osu-again")
     print(f"# commbench time / peer time ({args.stat}) over {len(rounds)} interleaved rounds: "
           "x = median of the ratios within a round, med = ratio of the medians over rounds; "
-          f"buffers {args.buffers}, peers' heap {args.peer_heap}" + ("; aa = OSU's second job / its first (the A/A control)"
-                                       if args.control else ""))  # fmt: skip
+          f"buffers {args.buffers}, peers' heap {args.peer_heap}"
+          + ("; aa = OSU's second job / its first (the A/A control)" if args.control else ""))  # fmt: skip
     print_table(tables, 0.9, 1.1)
     rows = []
     for name, t in tables.items():

@@ -21,6 +21,10 @@ import ctypes
 M_TRIM_THRESHOLD = -1  # glibc malloc.h
 M_MMAP_MAX = -4
 KEEP = 2**31 - 1  # the largest trim threshold mallopt takes (an int): never trim
+MMAP_MAX = 0  # no block served by mmap
+# the same policy for a process commbench does not run (a C benchmark beside it), in glibc's
+# tunables (GLIBC_TUNABLES), which glibc reads at start-up as mallopt would set them
+TUNABLES = f"glibc.malloc.mmap_max={MMAP_MAX}:glibc.malloc.trim_threshold={KEEP}"
 
 _state: dict[str, str] = {}
 
@@ -36,7 +40,7 @@ def keep_scratch() -> dict[str, str]:
         _state.update(policy="libc default", why="no mallopt in the C library")
         return _state
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    ok = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, KEEP) == 1
+    ok = mallopt(M_MMAP_MAX, MMAP_MAX) == 1 and mallopt(M_TRIM_THRESHOLD, KEEP) == 1
     _state.update(
         policy="kept" if ok else "libc default",
         why="mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD 2^31-1" if ok else "mallopt refused",
