@@ -184,8 +184,9 @@ def test_fit_counts_a_run_given_twice_once(tmp_path, capsys):
     shutil.copytree(run, copy)
     assert cli.main(["fit", str(run), str(run), str(copy), "-q"]) == 0
     out = capsys.readouterr().out
-    assert "20 of 20 records used" in out, out
-    assert out.count("given twice") == 2, out
+    assert "20 of 60 records used" in out, out
+    assert out.count("counted once") == 2, out
+    assert f"{run} given twice" in out and f"{copy} is a copy of {run}" in out, out
     COUNTS[WRONG] += 1
 
 
