@@ -220,8 +220,8 @@ def test_report_says_in_sample_for_a_given_calibration(tmp_path, capsys):
     cal = tmp_path / "cal.json"
     assert cli.main(["fit", str(run), "-o", str(cal), "-q"]) == 0
     opts = ReportOptions(runs=[run], calibration=cal)
-    assert _calibration(opts, [read_run(run)])[2] is True
-    assert _calibration(opts, [read_run(other)])[2] is False
+    assert _calibration(opts, [read_run(run)])[2] == ["r"]
+    assert _calibration(opts, [read_run(other)])[2] == []
     COUNTS[UNCLEAR] += 1
 
 
