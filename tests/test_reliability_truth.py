@@ -288,10 +288,20 @@ def test_duplicate_yaml_key_is_refused(tmp_path, capsys):
     assert job.returncode == 2, job.output
     err = job.stderr
     assert "options" in err and "twice" in err and "line 5" in err, err
-    with pytest.raises(yaml.YAMLError):  # the loader itself, as every reader gets it
-        from commbench.traffic.suitefile import _parse_yaml
+    thresholds = tmp_path / "expect.yaml"
+    thresholds.write_text("min_pct: 80\nmin_pct: 70\nexpect:\n  - {op: sendrecv, GBps: 10}\n")
+    job = run_single("check", "--dry-run", "--world", "2", "--thresholds", str(thresholds))
+    assert job.returncode == 2 and "'min_pct' given twice" in job.stderr, job.output
+    thresholds = tmp_path / "expect.json"
+    thresholds.write_text(
+        '{"min_pct": 80, "min_pct": 70, "expect": [{"op": "sendrecv", "GBps": 1}]}'
+    )
+    job = run_single("check", "--dry-run", "--world", "2", "--thresholds", str(thresholds))
+    assert job.returncode == 2 and "'min_pct' given twice" in job.stderr, job.output
+    with pytest.raises(yaml.YAMLError):  # the loader every reader of a YAML file gets
+        from commbench.traffic.keys import yaml_loader
 
-        _parse_yaml("a: 1\na: 2\n", suite)
+        yaml.load("a: {b: 1, b: 2}\n", Loader=yaml_loader())
     COUNTS[UNCLEAR] += 1
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from commbench.calibration import TIMING_PREFERENCE, Calibration
 from commbench.errors import UsageError
+from commbench.traffic.keys import assign
 
 LINK_ORDER = ("intra", "inter")
 REFERENCE_NODES = 2  # inter NPUs of a reference export without --gpus / --npus inter=N
@@ -39,9 +40,10 @@ def parse_assignments(text: str | None, what: str, cast=str) -> dict[str, object
             raise UsageError(f"{what} {text!r}: use LINK=VALUE[,LINK=VALUE], e.g. intra=8,inter=4")
         k, v = part.split("=", 1)
         try:
-            out[k.strip()] = cast(v.strip())
+            value = cast(v.strip())
         except ValueError:
             raise UsageError(f"{what}: {v.strip()!r} is not valid for {k.strip()}") from None
+        assign(out, k.strip(), value, what)
     return out
 
 
