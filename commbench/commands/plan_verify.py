@@ -26,7 +26,7 @@ QUICK_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"
 QUICK_MAX_BYTES = 32 << 20
 QUICK_BUDGET_S = 0.05  # timed seconds per sweep point (as bench/verify_emulated.py sweeps)
 QUICK_CALIBRATION = "calibration.json"
-SWEEP_PROGRESS_S = 10.0  # the quick sweep's progress line at most this often (config points: each)
+PROGRESS_S = 10.0  # rank 0's line on the ops measured inside a point, at most this often
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -140,13 +140,13 @@ def measure_points(
     backend: str,
     on_point=None,
     whole: bool = False,
-    progress: tuple[str, float] = ("measured", 0.0),
+    what: str = "measured",
 ) -> None:
     """Measure `points` as suite does (measure/points.py: every op checked, rank 0 writing
     step and point records); with `whole`, each point's Program is then replayed as one timed
     Program (measure/replay.py); `on_point(point, plan, records, replayed)` on rank 0 after
-    each. `progress` (what, every s): rank 0's line on stderr after a point, at most every s
-    seconds (0: each point), so minutes of measuring are not silent."""
+    each. Rank 0 says on stderr each point as it is done, and the ops measured every
+    PROGRESS_S inside a long one (`what` names them), so minutes of measuring are not silent."""
     import time
 
     from commbench.measure import points as measured
@@ -156,21 +156,23 @@ def measure_points(
         plan_steps(pt.program, dataclasses.replace(pt.layout, nodes=s.nodes), backend, max_bytes)
         for pt in points
     ]
-    what, every_s = progress
-    start = time.monotonic()
-    next_line = start + every_s
-    for k, done in enumerate(
-        measured.measure_points(s, suite, points, plans, backend, whole=whole), 1
-    ):
-        now = time.monotonic()
-        if s.is_root and (now >= next_line or k == len(points)):
-            next_line = now + every_s
-            print(
-                f"# verify: {what} {k} of {len(points)}: {done.point.run.name} "
-                f"({now - start:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
+    start, ops = time.monotonic(), sum(len(pl) for pl in plans)
+    state = {"ops": 0, "next": start + PROGRESS_S}
+
+    def say(text: str) -> None:
+        print(f"# verify: {text} ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+
+    def on_step() -> None:
+        state["ops"] += 1
+        if time.monotonic() >= state["next"]:
+            state["next"] = time.monotonic() + PROGRESS_S
+            say(f"{what}: {state['ops']} of {ops} ops")
+
+    done_points = measured.measure_points(
+        s, suite, points, plans, backend, whole=whole, on_step=on_step
+    )
+    for k, done in enumerate(done_points, 1):
+        say(f"{what} {k} of {len(points)}: {done.point.run.name}")
         if done.totals.wrong:
             s.say(
                 f"commbench: {done.point.run.name}: {done.totals.wrong} op(s) returned wrong data"
@@ -226,10 +228,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
                 f"8 B - {format_size(top)}), fitted and saved as {QUICK_CALIBRATION} in the run"
             )
             s.runner.cfg = TimingConfig(budget_s=QUICK_BUDGET_S, min_iters=3, max_iters=50)
-            measure_points(  # op by op only
-                s, sweep_suite, sweep, MAX_BYTES, opts.backend,
-                progress=("quick sweep point", SWEEP_PROGRESS_S),
-            )  # fmt: skip
+            measure_points(s, sweep_suite, sweep, MAX_BYTES, opts.backend, what="quick sweep")
             s.runner.cfg = timing
             path = s.world.bcast_obj(str(s.writer.path) if s.writer else "", root=0)
             cal = Calibration(fit_here(s, Path(path)), f"{path}/{QUICK_CALIBRATION}")
