@@ -110,6 +110,19 @@ def test_import_says_which_rows_it_dropped(tmp_path):
     COUNTS[WRONG] += 1
 
 
+def test_import_refuses_a_time_cell_that_is_no_number(tmp_path):
+    """A time cell `1.2.3` (a damaged row) read as N/A: the placement was dropped, exit 0."""
+    lines = nccl_tests_new(sizes=(8, 64, 512)).splitlines()
+    row = next(i for i, ln in enumerate(lines) if ln.strip().startswith("64 "))
+    cells = lines[row].split()
+    cells[5] = "1.2.3"  # out-of-place time
+    lines[row] = "  ".join(cells)
+    code, out, _ = _import(tmp_path, "nccl-tests", "\n".join(lines) + "\n")
+    assert code == 2, out
+    assert f"nccl-tests.log:{row + 1}" in out and "'1.2.3'" in out, out
+    COUNTS[WRONG] += 1
+
+
 def test_import_reads_the_bandwidth_unit_its_header_states(tmp_path):
     """`Bandwidth (GB/s)` was read as MB/s: times 1000 x too long, exit 0."""
     mb = osu_bw(GBps=10.0)
