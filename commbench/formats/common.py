@@ -182,11 +182,18 @@ def is_count(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+# what the tools print in a time cell for a measurement not taken (nccl-tests: N/A)
+NOT_RUN = ("n/a", "na", "-", "--")
+
+
 def time_cell(text: str, where: str) -> float | None:
-    """A time cell in microseconds: None where the tool printed no number (N/A: not run),
-    else a finite number >= 0; a negative, nan or overflowing time is a UsageError naming the
-    line (results.read_run would refuse the record it made)."""
+    """A time cell in microseconds: None where the tool printed that it took none (NOT_RUN:
+    N/A, not run), else a finite number >= 0; any other text (a damaged `1.2.3`), a negative,
+    nan or overflowing time is a UsageError naming the line (results.read_run would refuse
+    the record it made, and a row dropped as N/A is a row lost without a word)."""
     t = number(text)
+    if t is None and text.strip().lower() not in NOT_RUN:
+        raise UsageError(f"{where}: time {text!r} is not a number of microseconds (nor N/A)")
     if t is not None and not (math.isfinite(t) and t >= 0):
         raise UsageError(f"{where}: time {text!r} is not a number of microseconds >= 0")
     return t
