@@ -80,6 +80,28 @@ def test_export_note_quotes_the_exported_lines_error(two_ops_cal, tmp_path, caps
     COUNTS[WRONG] += 1
 
 
+def test_export_gate_on_a_noisy_pingpong_calibration(tmp_path, capsys):
+    """One op, noisy small sizes (a loaded box): the terms follow the noise through their
+    knots (0.0% claimed), the exported line misses by 39%, and it was exported."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+
+    def noisy(s: int) -> float:
+        base = 1e-6 + s / 5e9
+        return base * (1 + 20 * rng.random()) if s < 1 << 16 else base
+
+    cal = _cal(tmp_path, collective_records("pingpong", 2, 0, 0, time_of=noisy))
+    e = json.loads(cal.read_text())["link_table"][0]
+    m = e["models"][e["best_model"]]
+    assert m["median_rel_err"] < 0.01 < 0.25 < m["shared_median_rel_err"]  # the premise
+    out = tmp_path / "n.yml"
+    assert cli.main(["export", "astra-sim", str(cal), "--npus", "intra=2", "-o", str(out)]) == 2
+    assert f"{m['shared_median_rel_err']:.1%}" in capsys.readouterr().err
+    assert not out.exists()
+    COUNTS[WRONG] += 1
+
+
 # ---- wrong success: importers ------------------------------------------------------------
 
 
