@@ -100,9 +100,11 @@ class _Once(argparse.Action):
         given = namespace.__dict__.setdefault(GIVEN, {})
         if option_string is not None and self.dest in given and given[self.dest][1] != values:
             first, old = given[self.dest]
+            said = f"({_shown(old)}, then {_shown(values)})"
             parser.error(
-                f"{first} given twice ({_shown(old)}, then {option_string} {_shown(values)}): "
-                "give it once"
+                f"{first} given twice {said}: give it once"
+                if first == option_string
+                else f"{first} and {option_string} both set {self.dest} {said}: give one"
             )
         given.setdefault(self.dest, (option_string, values))
         super().__call__(parser, namespace, values, option_string)
