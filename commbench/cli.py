@@ -15,6 +15,8 @@ import importlib
 import os
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
@@ -80,8 +82,66 @@ class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpForm
     """argparse's RawDescriptionHelpFormatter (descriptions kept as written), sized likewise."""
 
 
+GIVEN = "_flags_given"  # namespace attribute: each stored flag's first value, while parsing
+
+
+class _Once(argparse.Action):
+    """A store action that refuses its option given twice with another value: argparse keeps
+    the last silently (`run allreduce --sizes 8 --sizes 64` ran 64 only). The same value twice
+    is harmless; flags that append (--set) or count are not stores and keep their own rule."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given = namespace.__dict__.setdefault(GIVEN, {})
+        if option_string is not None and self.dest in given and given[self.dest][1] != values:
+            first, old = given[self.dest]
+            said = f"({_shown(old)}, then {_shown(values)})"
+            parser.error(
+                f"{first} given twice {said}: give it once"
+                if first == option_string
+                else f"{first} and {option_string} both set {self.dest} {said}: give one"
+            )
+        given.setdefault(self.dest, (option_string, values))
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _shown(value: object) -> str:
+    return "on" if value is True else "off" if value is False else repr(value)
+
+
+def _once(action: type[argparse.Action]) -> type[argparse.Action]:
+    return type(f"Once{action.__name__}", (_Once, action), {})
+
+
+ONCE_ACTIONS = {
+    None: _once(argparse._StoreAction),
+    "store": _once(argparse._StoreAction),
+    "store_const": _once(argparse._StoreConstAction),
+    "store_true": _once(argparse._StoreTrueAction),
+    "store_false": _once(argparse._StoreFalseAction),
+}
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that reports errors from rank 0 only (every rank still exits 2)."""
+    """argparse that reports errors from rank 0 only (every rank still exits 2) and refuses a
+    flag given twice with different values (_Once)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, action in ONCE_ACTIONS.items():
+            self.register("action", name, action)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        ns, rest = super().parse_known_args(args, namespace)
+        ns.__dict__.pop(GIVEN, None)
+        return ns, rest
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if _is_root():

@@ -165,3 +165,19 @@ def save(doc: dict, path: str | Path) -> Path:
     except OSError as e:
         raise UsageError(f"cannot write calibration {path}: {e.strerror or e}") from None
     return path
+
+
+def fitted_from(doc: dict, runs: list) -> list[str]:
+    """Run ids of the `runs` (results.Run) that are among the calibration's own inputs (its
+    provenance: the same directory, or a copy with the same run id and start time): checked
+    against such a run, a calibration is in-sample, its errors say how well it fits, not how
+    well it predicts (a series' knots reproduce their own points: +0.0%)."""
+    inputs = doc.get("provenance", {}).get("runs", [])
+    paths = {str(Path(r["path"]).resolve()) for r in inputs if r.get("path")}
+    starts = {(r.get("run_id"), r.get("start_time_iso")) for r in inputs if r.get("start_time_iso")}
+    out = []
+    for run in runs:
+        start = (str(run.meta.get("run_id") or run.path.name), run.meta.get("start_time_iso"))
+        if str(Path(run.path).resolve()) in paths or (start[1] and start in starts):
+            out.append(start[0])
+    return out

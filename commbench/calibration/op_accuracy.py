@@ -11,6 +11,7 @@ whether it was inside the calibration or how far outside.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
@@ -31,8 +32,9 @@ ROW_KEYS = (
 )  # fmt: skip
 
 
-def op_records(run: Run) -> list[dict]:
-    """The run's records of one primitive op with a positive time and a clean check."""
+def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
+    """The run's records of one primitive op with a positive time and a clean check; the op
+    records that have neither are counted in `left_out`, by why."""
     out = []
     for rec in run.records:
         if rec.get("kind") not in OP_KINDS:
@@ -42,11 +44,34 @@ def op_records(run: Run) -> list[dict]:
             continue
         t = rec.get("time_us")
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0:
+            if left_out is not None:
+                left_out["with no positive time"] += 1
             continue
         if (rec.get("wrong") or 0) > 0:
+            if left_out is not None:
+                left_out["with wrong data (the run's #wrong)"] += 1
             continue
         out.append(rec)
     return out
+
+
+def nothing_to_validate(runs: Sequence[Run]) -> str:
+    """Why runs without a usable op record have nothing to validate: their op records all
+    returned wrong data or no time (said with the counts), or they have none."""
+    left_out: Counter = Counter()
+    for run in runs:
+        op_records(run, left_out)
+    names = ", ".join(str(r.path) for r in runs)
+    if not left_out:
+        return (
+            f"no suite point records and no op records (kind collective or step) in {names}: "
+            "nothing to validate"
+        )
+    parts = [f"{n} {why}" for why, n in sorted(left_out.items(), key=lambda kv: -kv[1])]
+    return (
+        f"none of the {sum(left_out.values())} op record(s) in {names} can be validated: "
+        f"{', '.join(parts)}; measure again"
+    )
 
 
 def compare(

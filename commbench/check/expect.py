@@ -125,13 +125,19 @@ def load_thresholds(path: Path, min_pct: float | None = None) -> list[Threshold]
     """Read a thresholds file (YAML; JSON is YAML too)."""
     import yaml
 
+    from commbench.traffic.keys import unique_pairs, yaml_loader
+
     try:
         text = path.read_text()
     except OSError as e:
         raise UsageError(f"--thresholds {path}: {e.strerror or e}") from None
     try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        doc = (
+            json.loads(text, object_pairs_hook=unique_pairs)
+            if path.suffix == ".json"
+            else yaml.load(text, Loader=yaml_loader())
+        )
+    except (ValueError, yaml.YAMLError) as e:  # JSONDecodeError, a key given twice
         raise UsageError(
             f"--thresholds {path}: not valid {path.suffix[1:] or 'YAML'} ({e})"
         ) from None

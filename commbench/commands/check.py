@@ -96,6 +96,22 @@ def expectations(args: argparse.Namespace) -> tuple[list[Threshold], Calibration
     return thresholds, cal
 
 
+def rounded(nbytes: int, dtype: str) -> tuple[int, str]:
+    """S as the pairs measure it (whole elements of dtype, as `run` rounds) and the line that
+    says so when it differs from -b (`check -b 1` said 1 B and measured 4 B); "" when not."""
+    from commbench.check.schedule import PAIR_OP
+    from commbench.ops import round_bytes
+    from commbench.sizes import format_size
+
+    pair = round_bytes(PAIR_OP, nbytes, 2, dtype)
+    if pair == nbytes:
+        return pair, ""
+    return pair, (
+        f"# size changed: -b {format_size(nbytes)} -> {format_size(pair)} (whole {dtype} "
+        "elements; the groups' ops round to whole elements per rank likewise)"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     from commbench.check.expect import DEFAULT_MIN_PCT
     from commbench.check.outliers import Rule
@@ -103,8 +119,8 @@ def main(args: argparse.Namespace) -> int:
     from commbench.dtypes import canonical_dtype
     from commbench.sizes import parse_size
 
-    nbytes = parse_size(args.bytes, "-b/--bytes")
     dtype = canonical_dtype(args.dtype)
+    nbytes, changed = rounded(parse_size(args.bytes, "-b/--bytes"), dtype)
     rule = Rule(ratio=args.outlier_ratio, z=args.outlier_z)
     if rule.ratio >= 1:
         raise UsageError(f"--outlier-ratio {rule.ratio:g} must be below 1")
@@ -117,6 +133,8 @@ def main(args: argparse.Namespace) -> int:
         nodes = tuple(r // rpn for r in range(args.world))
         sched = build(args.schedule, nodes, args.peers, args.seed)
         print(f"# commbench check (dry run): {sched.cost(calls_per_unit(args), nbytes)}")
+        if changed:
+            print(changed)
         for i, rnd in enumerate(sched.rounds):
             print(f"round {i + 1}: " + " ".join(f"{a}-{b}" for a, b in rnd))
         return 0
@@ -127,7 +145,9 @@ def main(args: argparse.Namespace) -> int:
     from commbench.measure.runner import TimingConfig
 
     timing = TimingConfig(iters=args.iters, warmup=args.warmup, budget_s=common.DEFAULT_BUDGET_S)
-    return _measure(args, launch, opts, timing, nbytes, dtype, rule, thresholds, cal, min_pct)
+    return _measure(
+        args, launch, opts, timing, nbytes, dtype, rule, thresholds, cal, min_pct, changed
+    )
 
 
 def _measure(
@@ -141,6 +161,7 @@ def _measure(
     thresholds: list[Threshold],
     cal: Calibration | None,
     min_pct: float,
+    changed: str = "",
 ) -> int:
     """Measure on every rank; rank 0 judges, prints and writes check.json; all return its
     exit status (broadcast, so no rank exits before rank 0 has printed)."""
@@ -161,6 +182,8 @@ def _measure(
         hosts = len(set(s.hosts))
         say(f"# commbench check: backend {opts.backend}, world {s.world.size} on {hosts} "
             f"host(s), S = {nbytes} B {dtype}")  # fmt: skip
+        if changed:
+            say(changed)
         say(f"# cost: {sched.cost(calls_per_unit(args), nbytes)}")
         records = linkcheck.measure(s, sched, nbytes, dtype, say, rule, args.collectives)
         code = 0

@@ -20,11 +20,20 @@ from commbench.measure.transport import BACKENDS, resolve_backend
 from commbench.measure.transport.base import GPU_TIMERS, HUGEPAGE, PLAIN, TIMING_MODES
 
 MAX_TIMEOUT_S = 1e6
+# the watchdog's timeout bounds start-up (launch, rendezvous, buffers) as well as each point:
+# below a second it fires before the first point can start and reads as a hung peer
+MIN_TIMEOUT_S = 1.0
 
 
 def timeout_seconds(text: str) -> float:
-    """--timeout: positive and finite (it becomes a datetime.timedelta for torch), <= 1e6 s."""
+    """--timeout: positive and finite (it becomes a datetime.timedelta for torch), between
+    MIN_TIMEOUT_S and MAX_TIMEOUT_S."""
     value = positive_float(text)
+    if value < MIN_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be at least {MIN_TIMEOUT_S:g} s: the timeout bounds start-up "
+            "(launch, rendezvous) as well as each point, and a smaller one is taken for a hang"
+        )
     if value > MAX_TIMEOUT_S:
         raise argparse.ArgumentTypeError(f"{text!r} must be at most {MAX_TIMEOUT_S:g} seconds")
     return value

@@ -10,7 +10,8 @@ CAL is a calibration from `commbench fit`, or `reference` for the shipped one. A
 Calculon get one dimension (tier) per link class from the link table's best algorithm model,
 llm-analysis its intra/inter bandwidth and latency; SimAI a config's step Program with the bus
 bandwidths its ops get, Galvatron its all-reduce and p2p profiles (both priced as `plan` prices).
-What the target cannot express is listed in the output. A link model that misses its measured
+What the target cannot express is listed in the output. A link line (the one alpha-beta per
+link the export writes, not the per-op terms `plan` prices from) that misses its measured
 points by a median over 25% is refused without --force where the export carries it (not
 galvatron).
 """

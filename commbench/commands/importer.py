@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
 
     from commbench import __version__
     from commbench.errors import UsageError
-    from commbench.formats.common import Hints
+    from commbench.formats.common import Hints, read_lines, vet
     from commbench.results.rundir import RunWriter, cannot_create_run
 
     if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", args.run_id):
@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
         path = Path(log)
         if not path.is_file():
             raise UsageError(f"{path}: no such log file")
-        parsed.append((path, parser.parse(path, hints)))
+        parsed.append((path, vet(path, parser.parse(path, hints), read_lines(path))))
     records = [r for _, imp in parsed for r in imp.records]
     failures = [imp.problems.failure for _, imp in parsed if imp.problems.failure]
     if not records:

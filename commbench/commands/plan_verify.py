@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +26,7 @@ QUICK_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"
 QUICK_MAX_BYTES = 32 << 20
 QUICK_BUDGET_S = 0.05  # timed seconds per sweep point (as bench/verify_emulated.py sweeps)
 QUICK_CALIBRATION = "calibration.json"
+PROGRESS_S = 10.0  # rank 0's line on the ops measured inside a point, at most this often
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -131,12 +133,22 @@ def check_nodes(planned: tuple[int, ...], launched: tuple[int, ...]) -> None:
 
 
 def measure_points(
-    s, suite, points, max_bytes: int, backend: str, on_point=None, whole: bool = False
+    s,
+    suite,
+    points,
+    max_bytes: int,
+    backend: str,
+    on_point=None,
+    whole: bool = False,
+    what: str = "measured",
 ) -> None:
     """Measure `points` as suite does (measure/points.py: every op checked, rank 0 writing
     step and point records); with `whole`, each point's Program is then replayed as one timed
     Program (measure/replay.py); `on_point(point, plan, records, replayed)` on rank 0 after
-    each."""
+    each. Rank 0 says on stderr each point as it is done, and the ops measured every
+    PROGRESS_S inside a long one (`what` names them), so minutes of measuring are not silent."""
+    import time
+
     from commbench.measure import points as measured
     from commbench.traffic.execution import plan as plan_steps
 
@@ -144,7 +156,23 @@ def measure_points(
         plan_steps(pt.program, dataclasses.replace(pt.layout, nodes=s.nodes), backend, max_bytes)
         for pt in points
     ]
-    for done in measured.measure_points(s, suite, points, plans, backend, whole=whole):
+    start, ops = time.monotonic(), sum(len(pl) for pl in plans)
+    state = {"ops": 0, "next": start + PROGRESS_S}
+
+    def say(text: str) -> None:
+        print(f"# verify: {text} ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+
+    def on_step() -> None:
+        state["ops"] += 1
+        if time.monotonic() >= state["next"]:
+            state["next"] = time.monotonic() + PROGRESS_S
+            say(f"{what}: {state['ops']} of {ops} ops")
+
+    done_points = measured.measure_points(
+        s, suite, points, plans, backend, whole=whole, on_step=on_step
+    )
+    for k, done in enumerate(done_points, 1):
+        say(f"{what} {k} of {len(points)}: {done.point.run.name}")
         if done.totals.wrong:
             s.say(
                 f"commbench: {done.point.run.name}: {done.totals.wrong} op(s) returned wrong data"
@@ -200,7 +228,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
                 f"8 B - {format_size(top)}), fitted and saved as {QUICK_CALIBRATION} in the run"
             )
             s.runner.cfg = TimingConfig(budget_s=QUICK_BUDGET_S, min_iters=3, max_iters=50)
-            measure_points(s, sweep_suite, sweep, MAX_BYTES, opts.backend)  # op by op only
+            measure_points(s, sweep_suite, sweep, MAX_BYTES, opts.backend, what="quick sweep")
             s.runner.cfg = timing
             path = s.world.bcast_obj(str(s.writer.path) if s.writer else "", root=0)
             cal = Calibration(fit_here(s, Path(path)), f"{path}/{QUICK_CALIBRATION}")

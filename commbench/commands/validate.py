@@ -230,24 +230,33 @@ def print_op_rows(
         )
 
 
+def say_in_sample(names: list[str]) -> None:
+    """The line under the tables when a validated run is one the calibration was fitted from."""
+    if names:
+        print(
+            f"# in-sample: {', '.join(names)} is among the calibration's own inputs: these errors "
+            "say how well it fits those points (+0.0% at a measured size), not how well it "
+            "predicts; validate against a run it was not fitted from"
+        )
+
+
 def main_ops(args: argparse.Namespace, cal: Calibration, runs: list) -> int:
     """validate --ops: every primitive op record predicted, with its reach."""
     from commbench.calibration import op_accuracy
+    from commbench.calibration.document import fitted_from
     from commbench.errors import UsageError
     from commbench.sizes import parse_size
 
     rows = op_accuracy.compare(runs, cal, args.extrapolate)
     if not rows:
-        raise UsageError(
-            f"no suite point records and no op records (kind collective or step) in "
-            f"{', '.join(args.runs)}: nothing to validate"
-        )
+        raise UsageError(op_accuracy.nothing_to_validate(runs))
     if not any(r["status"] == "ok" for r in rows):
         raise UsageError(
             f"none of the {len(rows)} op record(s) could be predicted: {rows[0]['why']}"
             + ("" if args.extrapolate else " (or pass --extrapolate)")
         )
     min_bytes = parse_size(args.min_bytes, "--min-bytes") if args.min_bytes else 0
+    in_sample = fitted_from(cal.doc, runs)
     band = band_of(cal)
     summary = op_accuracy.summarize(rows, band, min_bytes)
     doc = {
@@ -258,6 +267,7 @@ def main_ops(args: argparse.Namespace, cal: Calibration, runs: list) -> int:
         "band": band,
         "noise_floor": cal.doc.get("noise_floor"),
         "min_bytes": min_bytes,
+        "in_sample": in_sample,
         "summary": summary,
         "rows": rows,
     }
@@ -270,6 +280,7 @@ def main_ops(args: argparse.Namespace, cal: Calibration, runs: list) -> int:
         sys.stdout.write("\n")
         return 0
     print_op_rows(rows, summary, cal, band, sys.stdout)
+    say_in_sample(in_sample)
     if args.output:
         print(f"validation: {args.output}")
     return 0
@@ -278,6 +289,7 @@ def main_ops(args: argparse.Namespace, cal: Calibration, runs: list) -> int:
 def main(args: argparse.Namespace) -> int:
     from commbench import calibration
     from commbench.calibration import accuracy as validate
+    from commbench.calibration.document import fitted_from
     from commbench.errors import UsageError
     from commbench.results.rundir import read_run
 
@@ -290,11 +302,13 @@ def main(args: argparse.Namespace) -> int:
     if not any(r["status"] == "ok" for r in rows):
         raise UsageError(f"none of the {len(rows)} point(s) could be predicted: {rows[0]['why']}")
     summary = validate.summarize(rows)
+    in_sample = fitted_from(cal.doc, runs)
     doc = {
         "schema": "commbench.calibration.accuracy/1",
         "calibration": {"path": cal.source, "kind": cal.kind},
         "runs": [str(r.path) for r in runs],
         "extrapolate": args.extrapolate,
+        "in_sample": in_sample,
         "summary": summary,
         "rows": rows,
     }
@@ -307,6 +321,7 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     print_rows(rows, summary, cal, args.steps, sys.stdout)
+    say_in_sample(in_sample)
     if args.output:
         print(f"validation: {args.output}")
     return 0

@@ -8,7 +8,10 @@ a `step` record's bytes and time_us are the op the runner really measured (its `
 `extrapolated` fields concern the Program step it stands for, not the measurement), so steps
 are fitted like collectives; `point` records (op "program": a whole training step) and p2p
 schedules are counted as ignored. Points with wrong > 0 or a non-positive time are left out
-and counted per series. Reads records only.
+and counted per series; a time over MAX_TIME_S (the longest a point may run) is an error
+naming the line. A record identical to an earlier one of its run (a file concatenated with
+itself) and a run given twice (the same directory, or a copy: same run id and start time)
+count once, the rest counted as ignored with why. Reads records only.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ USED_KINDS = ("collective", "step", "point")
 FIT_FIELDS = ("link_class", "wrong", "timing")
 # the record fields a series key is made of (with kind, which decides whether it is used)
 _RAW_KEY = ("kind", *KEY_FIELDS)
+# the longest a point may run (--timeout's bound, commands/common.MAX_TIMEOUT_S): a time over
+# it was not measured (a corrupt or hand-edited line) and would become a knot of its series
+MAX_TIME_S = 1e6
 
 
 @dataclass
@@ -166,6 +172,25 @@ def run_provenance(run: Run, used: int) -> dict:
     return prov
 
 
+def _run_identity(run: Run) -> tuple:
+    """What makes two run directories one run: its id and start and end times (a copy keeps
+    them), else its resolved path."""
+    rid, times = run.meta.get("run_id"), (run.meta.get("start_time"), run.meta.get("end_time"))
+    if rid and any(times):
+        return ("meta", rid, *times)
+    return ("path", str(run.path.resolve()))
+
+
+def _signature(rec: dict) -> object:
+    """A hashable image of a record, equal for two copies of one line."""
+    sig = tuple(rec.items())
+    try:
+        hash(sig)
+    except TypeError:  # a nested value (an import's source): its text
+        return repr(sig)
+    return sig
+
+
 def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
     """Group the usable records of `runs` into series; count what is left out.
 
@@ -174,10 +199,21 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
     series: dict[SeriesKey, SeriesData] = {}
     ignored: Counter = Counter()
     provenance = []
+    seen_runs: dict[tuple, Path] = {}
     for run, lines in runs:
         used = 0
         path = run.path / RECORDS
         cache: dict[tuple, tuple[SeriesKey | None, str]] = {}
+        first = seen_runs.setdefault(_run_identity(run), run.path)
+        if first is not run.path:
+            same = first.resolve() == run.path.resolve()
+            why = f"run {run.path} " + (
+                "given twice" if same else f"is a copy of {first} (same run id and times)"
+            )
+            ignored[why + ": counted once"] += len(run.records)
+            provenance.append(run_provenance(run, 0))
+            continue
+        seen: set = set()
 
         def where(idx: int) -> str:
             return f"{path}:{lines[idx] if idx < len(lines) else idx + 1}"  # noqa: B023
@@ -196,6 +232,11 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
             if key is None:
                 ignored[why] += 1
                 continue
+            sig = _signature(rec)
+            if sig in seen:
+                ignored["the same record as an earlier one of its run (written twice)"] += 1
+                continue
+            seen.add(sig)
             nbytes = rec["bytes"]
             if type(nbytes) is not int or nbytes < 0:
                 nbytes = _int_field(rec, "bytes", where(idx), 0)
@@ -204,6 +245,11 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
                 isinstance(t_us, bool) or not isinstance(t_us, (int, float, type(None)))
             ):
                 raise UsageError(f"{where(idx)}: field time_us must be a number, got {t_us!r}")
+            if t_us is not None and MAX_TIME_S * 1e6 < t_us < math.inf:
+                raise UsageError(
+                    f"{where(idx)}: field time_us {t_us:g} is over {MAX_TIME_S * 1e6:g} us "
+                    f"({MAX_TIME_S:g} s, the longest a point may run): not a measured time"
+                )
             data = series.get(key)
             if data is None:
                 data = series[key] = SeriesData(key)

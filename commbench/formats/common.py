@@ -7,6 +7,7 @@ never silently mislabels a measurement.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +29,15 @@ MPI_DTYPES = {
     "mpi_long": "int64",
     "mpi_long_long": "int64",
 }
-# element sizes of dtypes commbench does not run but logs carry
-EXTRA_DTYPE_SIZES = {"uint8": 1, "uint32": 4, "int64": 8, "uint64": 8}
+# element sizes of dtypes commbench does not run but logs carry (nccl-tests' fp8 names too)
+EXTRA_DTYPE_SIZES = {"uint8": 1, "uint32": 4, "int64": 8, "uint64": 8, "f8e4m3": 1, "f8e5m2": 1}
 LINK_CLASSES = ("intra", "inter")
+# no tool prints a message over 1 PiB (nccl-tests' largest are GiB): a larger size cell is a
+# corrupt or hand-made row, and a record of it would price every size near it
+MAX_IMPORT_BYTES = 1 << 50
+# a bandwidth column's unit as its header states it, `Bandwidth (GB/s)`: bytes per second
+_RATE_UNIT = re.compile(r"\b([KMGT]?)(i?)(B|b)(?:ytes)?/s(?:ec)?\b")
+_PREFIX = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,8 @@ class Hints:
             object.__setattr__(self, "op", op)
         if self.dtype is not None:
             object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
+            if dtype_size(self.dtype) is None:
+                raise UsageError(f"--dtype {self.dtype!r}: {_KNOWN_DTYPES}")
         if self.link_class is not None and self.link_class not in LINK_CLASSES:
             raise UsageError(f"--link-class {self.link_class!r}: choose intra or inter")
 
@@ -173,11 +182,18 @@ def is_count(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+# what the tools print in a time cell for a measurement not taken (nccl-tests: N/A)
+NOT_RUN = ("n/a", "na", "-", "--")
+
+
 def time_cell(text: str, where: str) -> float | None:
-    """A time cell in microseconds: None where the tool printed no number (N/A: not run),
-    else a finite number >= 0; a negative, nan or overflowing time is a UsageError naming the
-    line (results.read_run would refuse the record it made)."""
+    """A time cell in microseconds: None where the tool printed that it took none (NOT_RUN:
+    N/A, not run), else a finite number >= 0; any other text (a damaged `1.2.3`), a negative,
+    nan or overflowing time is a UsageError naming the line (results.read_run would refuse
+    the record it made, and a row dropped as N/A is a row lost without a word)."""
     t = number(text)
+    if t is None and text.strip().lower() not in NOT_RUN:
+        raise UsageError(f"{where}: time {text!r} is not a number of microseconds (nor N/A)")
     if t is not None and not (math.isfinite(t) and t >= 0):
         raise UsageError(f"{where}: time {text!r} is not a number of microseconds >= 0")
     return t
@@ -200,3 +216,48 @@ def read_lines(path: Path) -> list[str]:
         return Path(path).read_text(errors="replace").splitlines()
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+_KNOWN_DTYPES = (
+    "commbench knows no element size for it (known: "
+    f"{', '.join(sorted({*DTYPE_SIZES, *EXTRA_DTYPE_SIZES}))})"
+)
+
+
+def rate_unit(column: str, where: str, default: float = 1e6) -> float:
+    """Bytes per second of one unit of a bandwidth column, from the unit its header states
+    (`Bandwidth (GB/s)`: 1e9; KiB/s: 1024; Gb/s: bits, 1e9 / 8); `default` (OSU's MB/s, MB =
+    1e6 B) where the header names none. A unit the header states but this cannot read is a
+    UsageError: a guess would scale every time by 1000."""
+    m = _RATE_UNIT.search(column)
+    if m is None:
+        if "/s" in column:
+            raise UsageError(f"{where}: unknown bandwidth unit in column {column!r}")
+        return default
+    prefix, binary, unit = m.groups()
+    scale = float((1024 if binary else 1000) ** _PREFIX[prefix])
+    return scale / 8 if unit == "b" else scale
+
+
+def vet(path: Path, imported: Imported, lines: list[str]) -> Imported:
+    """Checks every importer shares, after its parse: a record's dtype has an element size and
+    its size is one a tool can have measured (else one UsageError naming the line), and a
+    line in the log that looks like a row but was none (a size cell that is a number but not
+    a byte count: `4.0e3`, `-16`) is named in a note, so no row is dropped without a word."""
+    for r in imported.records:
+        where = f"{path}:{r['source']['line']}"
+        if dtype_size(r["dtype"]) is None:
+            raise UsageError(f"{where}: dtype {r['dtype']!r}: {_KNOWN_DTYPES}")
+        if r["bytes"] > MAX_IMPORT_BYTES:
+            raise UsageError(
+                f"{where}: size {r['bytes']} B is over {MAX_IMPORT_BYTES >> 50} PiB, more than "
+                "any tool measures: a corrupt row"
+            )
+    for n, line in enumerate(lines, 1):
+        s = line.strip()
+        first = s.split(maxsplit=1)[0] if s else ""
+        if re.match(r"[-+]?\.?\d", first) and number(first) is not None and not is_count(first):
+            imported.notes.append(
+                f"{path}:{n}: not a row (size cell {first!r} is not a byte count), skipped"
+            )
+    return imported

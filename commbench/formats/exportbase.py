@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from commbench.calibration import TIMING_PREFERENCE, Calibration
 from commbench.errors import UsageError
+from commbench.traffic.keys import assign
 
 LINK_ORDER = ("intra", "inter")
 REFERENCE_NODES = 2  # inter NPUs of a reference export without --gpus / --npus inter=N
@@ -22,7 +23,7 @@ class Tier:
     alpha_s: float
     beta_s_per_byte: float
     npus: int
-    median_rel_err: float | None
+    median_rel_err: float | None  # of the exported (shared) line over the link's points
 
     @property
     def busbw_Bps(self) -> float:
@@ -39,9 +40,10 @@ def parse_assignments(text: str | None, what: str, cast=str) -> dict[str, object
             raise UsageError(f"{what} {text!r}: use LINK=VALUE[,LINK=VALUE], e.g. intra=8,inter=4")
         k, v = part.split("=", 1)
         try:
-            out[k.strip()] = cast(v.strip())
+            value = cast(v.strip())
         except ValueError:
             raise UsageError(f"{what}: {v.strip()!r} is not valid for {k.strip()}") from None
+        assign(out, k.strip(), value, what)
     return out
 
 
@@ -147,7 +149,7 @@ def tiers(
                 m["alpha_s"],
                 m["beta_s_per_byte"],
                 int(n),
-                m.get("median_rel_err"),
+                exported_error(m),
             )
         )
     if not out:
@@ -158,15 +160,24 @@ def tiers(
     return out
 
 
+def exported_error(m: dict) -> float | None:
+    """The median relative error of the line an export writes: the model's shared alpha and
+    beta (fit/links.py `shared_median_rel_err`), not its per-op terms, which the export does
+    not carry (two ops of one link can each fit their terms exactly while one line through
+    both misses them by 100%+); calibrations that predate the field give the terms' error."""
+    shared = m.get("shared_median_rel_err")
+    return shared if shared is not None else m.get("median_rel_err")
+
+
 def check_error(used: list[Tier], force: bool) -> list[str]:
     """Refuse (UsageError) a link model that misses its measured points by a median over
     MAX_MEDIAN_ERR: the consumer would price every message from it, while commbench's own
     plan prices from the per-op series. With `force`, the warnings to print instead."""
     bad = [t for t in used if t.median_rel_err is not None and t.median_rel_err > MAX_MEDIAN_ERR]
     warnings = [
-        f"the {t.link_class} {t.model} link model misses its measured points by a median "
-        f"{t.median_rel_err:.1%} (over {MAX_MEDIAN_ERR:.0%}): the export prices every message "
-        "from it, commbench plan from the per-op series"
+        f"the {t.link_class} {t.model} link line (one alpha-beta for every op) misses its "
+        f"measured points by a median {t.median_rel_err:.1%} (over {MAX_MEDIAN_ERR:.0%}): the "
+        "export prices every message from it, commbench plan from the per-op series"
         for t in bad
     ]
     if warnings and not force:
@@ -201,8 +212,8 @@ def not_expressed(cal: Calibration, used: list[Tier]) -> list[str]:
     for t in used:
         if t.median_rel_err is not None:
             notes.append(
-                f"{t.link_class}: the {t.model} link model explains the measured points with "
-                f"a median relative error of {t.median_rel_err:.1%}"
+                f"{t.link_class}: the exported {t.model} link line explains the measured points "
+                f"with a median relative error of {t.median_rel_err:.1%}"
             )
     skipped = {e["link_class"] for e in cal.doc["link_table"]} - {t.link_class for t in used}
     if skipped:

@@ -2,8 +2,8 @@
 
 Each `# OSU MPI <Name> Test vX` header starts a table; the `# Size ...` line names its columns
 (Avg Latency(us), and with -f Min/Max Latency(us) and Iterations; Latency (us); Bandwidth
-(MB/s) with MB = 1e6). OSU does not print how many processes ran a collective or on which
-hosts, so --group-size and --link-class fill that in. Sizes follow OSU's per-call counts and
+(MB/s) with MB = 1e6, or the unit the header states: GB/s, KiB/s). OSU does not print how many
+processes ran a collective or on which hosts, so --group-size and --link-class fill that in. Sizes follow OSU's per-call counts and
 are converted to nccl-tests S: allgather and alltoall(v) sizes are per peer, so S = p x size.
 Collectives barrier between timed iterations (timing "per-iteration"; time = Avg Latency, the
 mean over ranks); osu_latency is half a ping-pong round trip (op pingpong, "pipelined"); osu_bw
@@ -28,6 +28,7 @@ from commbench.formats.common import (
     is_count,
     measured_record,
     number,
+    rate_unit,
     read_lines,
     time_cell,
 )
@@ -179,6 +180,7 @@ def parse(path: Path, hints: Hints) -> Imported:
         bw = next((c for c in cols if "bandwidth" in c.lower() or c == "MB/s"), None)
         if lat is None and bw is None:
             raise UsageError(f"{where}: unknown OSU layout (columns {cols})")
+        per_unit = rate_unit(bw, where) if bw is not None else 0.0  # B/s: MB/s unless stated
         for n, tok in tab.rows:
             cells = _cells(cols, tok)
             if cells is None:
@@ -194,10 +196,10 @@ def parse(path: Path, hints: Hints) -> Imported:
                 t = time_cell(cells[lat], f"{path}:{n}")
             else:
                 assert bw is not None  # a layout has a latency or a bandwidth column
-                mbps = number(cells[bw])
+                rate = number(cells[bw])
                 t = None
-                if mbps and mbps > 0:  # osu_mbw_mr: the pairs share the aggregate
-                    t = size / (mbps / groups * 1e6) * 1e6
+                if rate and rate > 0:  # osu_mbw_mr: the pairs share the aggregate
+                    t = size / (rate * per_unit / groups) * 1e6
             if t is None:
                 out.notes.append(f"{path}:{n}: no time in this row, skipped")
                 continue

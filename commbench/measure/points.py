@@ -5,7 +5,7 @@ finished point on disk. The point records' builders load on rank 0 only (point_r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,11 +39,13 @@ def measure_points(
     backend: str,
     timings: Sequence[TimingConfig] | None = None,
     whole: bool = False,
+    on_step: Callable[[], None] | None = None,
 ) -> Iterator[Done]:
     """Collective: measure every point's plan (execution.plan of it) in order, with the
     runner's timing `timings[i]` for point i when given; `whole` replays each point's Program
     as one timed Program after its ops (measure/replay.py). Yields a Done per point on rank
-    0; the other ranks take part and yield nothing."""
+    0; the other ranks take part and yield nothing. `on_step()` on rank 0 after each op
+    measured (progress inside a point of hundreds of ops)."""
     assert s.runner is not None and len(plans) == len(points)
     if s.is_root:
         from commbench.measure.point_records import point_record, point_totals, step_record
@@ -60,6 +62,8 @@ def measure_points(
                 assert s.writer is not None
                 records.append(rec)
                 s.writer.write(step_record(suite, pt, m, rec, backend).to_json())
+                if on_step is not None:
+                    on_step()
         replayed = None
         if whole:
             with s.watchdog.guard(f"point {pt.index}: {pt.run.name} replayed whole"):

@@ -84,30 +84,38 @@ def _runs(opts: ReportOptions) -> tuple[list[Run], str, list[str]]:
     return runs, how, skipped
 
 
-def _calibration(opts: ReportOptions, runs: list[Run]) -> tuple[Calibration | None, str, bool]:
-    """(Calibration or None, how it was obtained, in_sample)."""
+def _calibration(opts: ReportOptions, runs: list[Run]) -> tuple[Calibration | None, str, list[str]]:
+    """(Calibration or None, how it was obtained, the ids of the runs it was fitted from:
+    their points' validation is in-sample)."""
     from commbench import calibration
 
     if opts.calibration is not None:
+        from commbench.calibration.document import fitted_from
+
         cal = calibration.load(opts.calibration)
-        return cal, f"{opts.calibration} ({cal.kind}, {len(cal.series)} series)", False
+        own = fitted_from(cal.doc, runs)
+        how = f"{opts.calibration} ({cal.kind}, {len(cal.series)} series)"
+        if own:
+            how += f"; fitted from {', '.join(own)} of these runs: their points' check is in-sample"
+        return cal, how, own
     if not opts.fit:
-        return None, "--no-fit given", False
+        return None, "--no-fit given", []
     from commbench.fit import calibrate
     from commbench.fit.collect import collect
     from commbench.fit.options import FitOptions
 
     collected = collect([(r, []) for r in runs if r.records])
     if not collected.series:
-        return None, "nothing in these runs can be fitted", False
+        return None, "nothing in these runs can be fitted", []
     doc, outcomes, _ = calibrate.build(collected, FitOptions(bootstrap=0))
     if not outcomes:
-        return None, "no series has enough distinct sizes to fit", False
+        return None, "no series has enough distinct sizes to fit", []
     how = (
         f"fitted by the report from the runs above ({len(outcomes)} series; pass "
         "--calibration FILE to use a saved one)"
     )
-    return calibration.Calibration(doc, "the in-report fit"), how, True
+    own = [str(r.meta.get("run_id") or r.path.name) for r in runs]
+    return calibration.Calibration(doc, "the in-report fit"), how, own
 
 
 # ---- building ------------------------------------------------------------------------------
@@ -123,7 +131,9 @@ CONVENTIONS = (
 class _Builder:
     """Collects figures and what is missing while each section is drawn."""
 
-    def __init__(self, runs: list[Run], cal: Calibration | None, in_sample: bool, top: int) -> None:
+    def __init__(
+        self, runs: list[Run], cal: Calibration | None, in_sample: list[str], top: int
+    ) -> None:
         self.runs, self.cal, self.in_sample, self.top = runs, cal, in_sample, top
         self.figures: list[Figure] = []
         self.missing: list[str] = []
@@ -149,9 +159,13 @@ class _Builder:
         curves, notes = reportdata.curves(self.runs, self.cal)
         self.notes += notes
         if not curves:
+            unusable = [n for n in notes if "no usable point" in n]
             self.missing.append(
-                "no measured primitive op (collective or suite step records): no bandwidth "
-                "or latency figure"
+                f"no usable measured primitive op ({'; '.join(unusable)}): no bandwidth or "
+                "latency figure"
+                if unusable
+                else "no measured primitive op (collective or suite step records): no "
+                "bandwidth or latency figure"
             )
         if self.cal is None:
             self.missing.append(
@@ -220,9 +234,11 @@ class _Builder:
         if not reportdata.predicted_pairs(rows):
             self.missing.append("validate: no point could be predicted (see the status column)")
             return [*validation_tables(rows, summary)]
+        own = sorted({str(r["run_id"]) for r in rows} & set(self.in_sample))
         note = (
-            "The calibration was fitted from these same runs: an in-sample check"
-            if self.in_sample
+            f"The calibration was fitted from {', '.join(own)}: an in-sample check of "
+            "those points (how well it fits them, not how well it predicts)"
+            if own
             else ""
         )
         return [

@@ -146,7 +146,10 @@ def curves(runs: list[Run], cal: Calibration | None = None) -> tuple[list[Curve]
     for key in sorted(collected.series):
         data = collected.series[key]
         if not data.x:
-            notes.append(f"{key.label()}: no usable point (all wrong or without a time)")
+            notes.append(
+                f"{key.label()}: no usable point ({data.excluded_wrong} with wrong data, "
+                f"{data.excluded_time} without a time)"
+            )
             continue
         x, t = data.arrays()
         model = models.get(key)

@@ -9,6 +9,7 @@ from typing import Any
 
 from commbench.errors import UsageError
 from commbench.traffic import patterns
+from commbench.traffic.keys import assign
 from commbench.traffic.layout import Axis
 from commbench.traffic.model import ModelShape
 from commbench.traffic.suitefile import (
@@ -43,14 +44,15 @@ def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
         if not eq or not key.strip():
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError:
-            out[key.strip()] = value
+            parsed = value
+        assign(out, key.strip(), parsed, flag)
     return out
 
 
 def parse_degree_flags(items: list[str] | None) -> dict[str, DegreeSpec]:
-    out = {}
+    out: dict[str, DegreeSpec] = {}
     for item in items or []:
         axis, eq, value = item.partition("=")
         axis = axis.strip()
@@ -58,7 +60,7 @@ def parse_degree_flags(items: list[str] | None) -> dict[str, DegreeSpec]:
             raise UsageError(
                 f"--degree {item!r}: expected AXIS=VALUES with AXIS one of {', '.join(DEGREE_AXES)}"
             )
-        out[axis] = parse_degree(value.strip(), f"--degree {axis}")
+        assign(out, axis, parse_degree(value.strip(), f"--degree {axis}"), "--degree")
     return out
 
 

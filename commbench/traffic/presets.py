@@ -135,12 +135,14 @@ def parse_model_arg(text: str) -> ModelShape:
         return get_model(name, "--model")
     import yaml  # for the values only
 
+    from commbench.traffic.keys import assign
+
     data: dict[str, Any] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
             raise UsageError(f"--model {text!r}: expected KEY=VALUE after ':', got {item!r}")
-        data[key.strip()] = yaml.safe_load(value)
+        assign(data, key.strip(), yaml.safe_load(value), f"--model {text}")
     if name.endswith(".json"):
         data["hf_config"] = name
     elif name in PRESETS:

@@ -94,10 +94,17 @@ class MPICommunicator(Communicator):
 
     @classmethod
     def world(cls) -> MPICommunicator:
-        """The world, timing natively only if every rank can (collective)."""
+        """The world, timing natively only if every rank can (collective). Where a rank found
+        its mpicc but could not build or load the loop (a cache it cannot write), rank 0 says
+        so once: the Python loop adds ~0.5-1 us a call, in every fitted alpha."""
         loop, avail = native.loop()
-        if MPI.COMM_WORLD.allreduce(int(loop is not None), op=MPI.MIN) == 0 and loop:
+        broken = avail.reason if loop is None and avail.compiler else ""
+        states = MPI.COMM_WORLD.allgather((loop is not None, broken))
+        if not all(ok for ok, _ in states) and loop:
             loop, avail = None, native.Availability("python", "native loop missing on some rank")
+        reasons = [(r, why) for r, (_, why) in enumerate(states) if why]
+        if reasons and MPI.COMM_WORLD.Get_rank() == 0:
+            native.say_python_loop(reasons)
         return cls(MPI.COMM_WORLD, tuple(range(MPI.COMM_WORLD.Get_size())), loop, avail)
 
     # ---- groups and control ----

@@ -6,8 +6,10 @@ MPI that mpi4py loaded, into a per-user cache keyed by source, compiler and MPI 
 version, and loaded with ctypes. Why not an extension built by pip: it would need mpi.h at
 install time, would fail the whole install without one, and would silently mismatch when a
 cluster user swaps MPI modules under mpi4py; built at run time it always matches the MPI
-actually loaded, and without a compiler commbench falls back to the Python loop (silently
-for users; meta.json and every record say which loop timed). COMMBENCH_NATIVE=0 disables it.
+actually loaded, and without a compiler commbench falls back to the Python loop (meta.json
+and every record say which loop timed); where the compiler is there but the loop cannot be
+built or loaded (a cache directory it cannot write), rank 0 also says so once on stderr, with
+the fix. COMMBENCH_NATIVE=0 disables it.
 """
 
 from __future__ import annotations
@@ -346,6 +348,24 @@ def load() -> tuple[NativeLoop | None, Availability]:
 
 
 _LOADED: tuple[NativeLoop | None, Availability] | None = None
+_SAID = False
+
+
+def say_python_loop(reasons: list[tuple[int, str]]) -> None:
+    """Rank 0's one line (once a process) when ranks fell back to the Python loop for a
+    reason the user can fix: `reasons` is (rank, why) of each."""
+    global _SAID
+    if _SAID:
+        return
+    _SAID = True
+    ranks = ", ".join(str(r) for r, _ in reasons[:8]) + (" ..." if len(reasons) > 8 else "")
+    print(
+        f"commbench: warning: rank(s) {ranks} time with the Python timing loop, not the native "
+        f"one (~0.5-1 us more a call, in every alpha): {reasons[0][1]}; point "
+        "COMMBENCH_CACHE_DIR (or XDG_CACHE_HOME) at a directory they can write",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def loop() -> tuple[NativeLoop | None, Availability]:
