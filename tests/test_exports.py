@@ -426,10 +426,10 @@ def test_every_export_of_every_calibration_reads_back(which, request, tmp_path):
 
 
 def test_readme_export_lines_run_as_written(two_hosts, tmp_path, monkeypatch, capsys):
-    """Each `commbench export` line of the README, in a directory holding the files it names."""
+    """Each `commbench export` line of docs/exports.md, in a directory holding the files it names."""
     import shlex
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "exports.md").read_text()
     lines = [ln.split("#")[0].strip() for ln in readme.splitlines()]
     lines = sorted({ln for ln in lines if ln.startswith("commbench export ")})
     assert {shlex.split(ln)[2] for ln in lines} == {
