@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.commands import common
+from commbench.commands import common, nextstep
 from commbench.errors import UsageError
 
 if TYPE_CHECKING:
@@ -177,6 +177,7 @@ def _measure(
 
                 print_summary(summary)
             say(f"results: {s.writer.path}")
+            say(nextstep.line("check", s.writer.path))
             code = summary.exit_code
         code = s.world.bcast_obj(code, root=0)  # everyone waits for rank 0's output
     return code

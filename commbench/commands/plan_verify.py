@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 from types import SimpleNamespace
 
+from commbench.commands import nextstep
 from commbench.commands.argtypes import DEFAULT_RESULTS, positive_float, positive_int
 
 SUITE = "plan-verify"
@@ -266,4 +267,5 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
             doc = verify.summary(rows, ag, verify.agreement(rows, whole=True))
             write_json_atomic(s.writer.path / VERIFY_JSON, doc)
             s.say(f"results: {s.writer.path}")
+            s.say(nextstep.line("plan", s.writer.path))
     return 0

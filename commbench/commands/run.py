@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from commbench.commands import common
+from commbench.commands import common, nextstep
 from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.ops import SWEEP_OPS, op_spec
@@ -282,4 +282,5 @@ def main(args: argparse.Namespace) -> int:
         table.note(f"Points with wrong data : {bad} of {len(busbw)} ({checked})")
         table.note(f"Avg bus bandwidth      : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")
         s.say(f"results: {s.writer.path}")
+        s.say(nextstep.line("run", s.writer.path))
     return 0
