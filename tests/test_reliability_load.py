@@ -39,3 +39,25 @@ def test_a_preempted_probe_does_not_collapse_the_iteration_count(tmp_path):
     lines = (tmp_path / "pre" / "records.jsonl").read_text().splitlines()
     preempted = json.loads(lines[0])  # point 0
     assert preempted["iters"] > 5 or preempted["time_us"] > 10_000, preempted
+
+
+def test_a_clipped_count_is_said_with_the_fix():
+    from commbench.commands.clipnote import clipped
+    from commbench.measure.runner import TimingConfig
+
+    cfg = TimingConfig(budget_s=0.2)
+    assert clipped([40, 900], cfg) is None
+    note = clipped([5, 40, 2000, 2000], cfg)
+    assert note is not None and note.startswith("# iterations clipped: 1 point(s) at the floor")
+    assert "an iteration took over 0.2 s / 5" in note and "2 at the cap of 2000" in note
+    assert note.endswith("-n N -w W fixes the counts (OSU's -i/-x)")
+    assert clipped([5], TimingConfig(iters=5, warmup=1)) is None  # asked for: not clipped
+
+
+def test_run_says_when_the_budget_clipped_a_count(tmp_path):
+    """A budget of 1 ms cannot hold 5 iterations of a 4 MiB all-reduce: the floor, said."""
+    args = ("run", "allreduce", "--sizes", "4M", "--budget", "0.001", "--results",
+            str(tmp_path), "--run-id", "clip")  # fmt: skip
+    out, _ = start(2, *args).finish(120)
+    assert out.returncode == 0, out.output
+    assert "# iterations clipped: 1 point(s) at the floor of 5" in out.stdout, out.stdout
