@@ -437,8 +437,10 @@ def test_readme_export_lines_run_as_written(two_hosts, tmp_path, monkeypatch, ca
     }  # fmt: skip
     monkeypatch.chdir(tmp_path)
     (tmp_path / "calibration.json").write_text(two_hosts.read_text())
-    (tmp_path / "h100_80g_nvl8.json").write_text(json.dumps(CALCULON_BASE))
-    (tmp_path / "h100-sxm-80gb.json").write_text(json.dumps(LLM_ANALYSIS_BASE))
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    (tmp_path / "examples").symlink_to(examples)  # the base files the lines name ship there
+    assert json.loads((examples / "calculon-h100.json").read_text()) == CALCULON_BASE
+    assert json.loads((examples / "llm-analysis-h100.json").read_text()) == LLM_ANALYSIS_BASE
     for ln in lines:
         assert cli.main(shlex.split(ln)[1:]) == 0, ln
         assert "wrote " in capsys.readouterr().out, ln
