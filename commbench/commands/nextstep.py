@@ -23,5 +23,6 @@ NEXT = {
 
 
 def line(command: str, run: Path | str) -> str:
-    """`next: ...` for a run written by `command` (run, import, suite, check, plan)."""
+    """`next: ...` for a run written by `command` (run, import, suite, check, plan); a suite
+    of collectives sweeps is fitted as a `run` is."""
     return "next: " + NEXT[command].format(run=run)
