@@ -1,15 +1,21 @@
 """commbench beside the C tools OSU and IMB users know: the side-by-side ratio table.
 
-    python bench/peers.py --osu ~/src/osu-micro-benchmarks-7.4 --imb ~/src/mpi-benchmarks \
+    python bench/peers.py [--osu-bin DIR] [--imb-bin PATH] [--tools osu,imb] \
         [--ranks 2,4] [--rounds 5] [--buffers plain] [--max 4M] [--sizes-per-job 4] [--control]
 
-Builds OSU Micro-Benchmarks (configure + make of the pt2pt and blocking collective programs)
-and IMB-MPI1 from the source directories given, with the mpicc of the MPI mpi4py loaded, into
-bench/_build/peers/ (nothing is downloaded), then runs rounds, interleaved tool by tool
-(commbench, OSU, IMB, commbench, ...), of pingpong, allreduce, allgather and alltoall from 8 B
-to 4 MiB on each rank count (the tools' order changing from round to round: job_order), and
-prints, per (op, ranks, size), the median over rounds of commbench's time divided by each
-tool's, both measured in the same round.
+Runs the OSU Micro-Benchmarks and IMB-MPI1 you have installed: HPC-X ships both
+(`$HPCX_DIR/ompi/tests/osu-micro-benchmarks*`, `.../tests/imb`), MVAPICH ships OSU
+(`$prefix/libexec/osu-micro-benchmarks/mpi/...`), Spack builds both (`spack load
+osu-micro-benchmarks intel-mpi-benchmarks`, or `--osu-bin $(spack location -i
+osu-micro-benchmarks)`). Each program is found by name (osu_latency, osu_allreduce,
+osu_allgather, osu_alltoall, IMB-MPI1) under `--osu-bin` / `--imb-bin` (searched
+SEARCH_DEPTH folders deep, so an install prefix will do), else on PATH; nothing is built or
+downloaded. They must be built against the MPI whose `mpirun` launches commbench (`bench/_util`:
+the one beside this Python, else PATH), or the comparison is of two MPIs. Then it runs rounds,
+interleaved tool by tool (commbench, OSU, IMB, commbench, ...), of pingpong, allreduce,
+allgather and alltoall from 8 B to 4 MiB on each rank count (the tools' order changing from
+round to round: job_order), and prints, per (op, ranks, size), the median over rounds of
+commbench's time divided by each tool's, both measured in the same round.
 
 Like for like: the sizes are OSU's and IMB's (per rank for allgather/alltoall: commbench
 runs `--per-rank-size`), bytes as int8 (MPI_CHAR/MPI_BYTE) except allreduce in float32
@@ -24,8 +30,9 @@ adaptive count would time a different number of calls; pingpong timed back to ba
 as the tools' own (`plain`: 4 KiB pages, what their page-aligned malloc gets under THP
 `madvise`); the tools' malloc under commbench's own heap policy (`--peer-heap kept`: mmap off,
 never trim, through GLIBC_TUNABLES; measure/transport/heap.py says why commbench keeps Open
-MPI's per-call scratch warm), else a 2-rank 4 MiB allreduce read 0.85x of OSU over 30 rounds;
-OSU built with 4 decimals (FLOAT_PRECISION, printing only). Left unlike: osu_latency 7.4
+MPI's per-call scratch warm), else a 2-rank 4 MiB allreduce read 0.85x of OSU over 30 rounds.
+Left unlike: an installed OSU prints 2 decimals (FLOAT_PRECISION), a +-3% step of its own at
+the 0.15 us of an 8 B ping-pong here (the median over rounds smooths it); osu_latency 7.4
 reads MPI_Wtime twice per round trip (~30 ns a read here) where commbench's back-to-back loop
 reads it twice per run, so at 8-256 B commbench reads 0.91-0.96x of OSU where OSU reads
 1.00-1.03x of itself.
@@ -47,7 +54,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,22 +61,23 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import BUILD, Row, commbench, mpirun, tool, write_rows  # noqa: E402
+from _util import Row, commbench, mpirun, write_rows  # noqa: E402
 
 from commbench.measure.transport.heap import TUNABLES  # noqa: E402
 
 OPS = ("pingpong", "allreduce", "allgather", "alltoall")
-OSU_PROGRAMS = {
-    "pingpong": "c/mpi/pt2pt/standard/osu_latency",
-    "allreduce": "c/mpi/collective/blocking/osu_allreduce",
-    "allgather": "c/mpi/collective/blocking/osu_allgather",
-    "alltoall": "c/mpi/collective/blocking/osu_alltoall",
+OSU_PROGRAMS = {  # as OSU installs them (libexec/osu-micro-benchmarks/mpi/...) and HPC-X ships
+    "pingpong": "osu_latency",
+    "allreduce": "osu_allreduce",
+    "allgather": "osu_allgather",
+    "alltoall": "osu_alltoall",
 }
+IMB_PROGRAM = "IMB-MPI1"
+SEARCH_DEPTH = 6  # prefix/libexec/osu-micro-benchmarks/mpi/pt2pt/standard/osu_latency: 5 down
 OSU_TYPE = {"allreduce": ["-T", "mpi_float"]}  # the others move MPI_CHAR, as by default
 IMB_BENCHMARKS = {"pingpong": "PingPong", "allreduce": "Allreduce"}
 IMB_BENCHMARKS |= {"allgather": "Allgather", "alltoall": "Alltoall"}
 DTYPE = {"allreduce": "float32"}  # commbench: the others as int8 bytes
-BUILD_TIMEOUT_S = 1800
 PAUSE_S = 1.0  # between jobs: the previous one's processes gone
 OSU_LARGE = 8192  # LARGE_MESSAGE_SIZE in OSU's osu_util.h: sizes above take the large counts
 # (iterations, warm-up) below and above OSU_LARGE: LAT_LOOP_* / COLL_LOOP_* and *_SKIP_*
@@ -78,56 +85,48 @@ OSU_ITERS = {"pingpong": ((10000, 100), (1000, 10)), "collective": ((1000, 100),
 Key = tuple[str, str, int, int]  # (tool, op, ranks, size)
 
 
-# ---- building --------------------------------------------------------------------------------
-def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
-    p = subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env
-    )
-    if p.returncode:
-        sys.exit(f"peers: {' '.join(cmd)} in {cwd} failed:\n{(p.stdout + p.stderr)[-3000:]}")
+# ---- finding the installed tools -----------------------------------------------------------
+def find_program(name: str, where: Path | None) -> Path | None:
+    """The executable `name`: `where` itself if it is that file, else the first found under
+    the folder `where` (SEARCH_DEPTH deep, folders in name order), else on PATH."""
+    if where is None:
+        found = shutil.which(name)
+        return Path(found) if found else None
+    if where.is_file():
+        return where if where.name == name and os.access(where, os.X_OK) else None
+    for folder, subs, files in os.walk(where):
+        if len(Path(folder).relative_to(where).parts) >= SEARCH_DEPTH:
+            subs.clear()
+        subs.sort()
+        if name in files and os.access(Path(folder) / name, os.X_OK):
+            return Path(folder) / name
+    return None
 
 
-# a tree from git has checkout-time mtimes, so make would rerun automake on files it never edited
-NO_AUTOTOOLS = ("ACLOCAL=true", "AUTOMAKE=true", "AUTOCONF=true", "AUTOHEADER=true")
+def find_tools(tools: list[str], osu_bin: Path | None, imb_bin: Path | None) -> dict:
+    """{"osu": {op: program}, "imb": IMB-MPI1} for the tools asked for; exit 2 naming what is
+    missing and where it was looked for."""
+    found: dict = {}
+    if "osu" in tools:
+        progs = {op: find_program(name, osu_bin) for op, name in OSU_PROGRAMS.items()}
+        missing = [OSU_PROGRAMS[op] for op, prog in progs.items() if prog is None]
+        if missing:
+            _not_found(missing, osu_bin, "--osu-bin DIR (an OSU install: HPC-X's "
+                       "ompi/tests/osu-micro-benchmarks*, MVAPICH's or Spack's prefix)")  # fmt: skip
+        found["osu"] = progs
+    if "imb" in tools:
+        imb = find_program(IMB_PROGRAM, imb_bin)
+        if imb is None:
+            _not_found([IMB_PROGRAM], imb_bin, "--imb-bin PATH (HPC-X's ompi/tests/imb, "
+                       "Intel MPI's bin, a Spack intel-mpi-benchmarks prefix)")  # fmt: skip
+        found["imb"] = imb
+    return found
 
 
-def build_osu(src: Path, work: Path) -> Path:
-    """OSU's programs, configured and made in a copy of `src` under `work` (once)."""
-    tree = work / "osu"
-    if all((tree / prog).exists() for prog in OSU_PROGRAMS.values()):
-        return tree
-    if not (src / "configure").exists():
-        sys.exit(f"peers: {src} is not an OSU Micro-Benchmarks source tree (no configure)")
-    shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(src, tree, symlinks=True)
-    if all((tree / prog).exists() for prog in OSU_PROGRAMS.values()):
-        return tree  # the tree given was built already
-    cc = tool("mpicc")
-    # FLOAT_PRECISION (osu_util.h, #ifndef-guarded): OSU prints 2 decimals, which at the 0.15 us
-    # of an 8 B ping-pong here is a +-3% step of its own; 4 decimals change nothing it times
-    flags = "CFLAGS=-g -O2 -DFLOAT_PRECISION=4"
-    _run(["./configure", f"CC={cc}", f"CXX={Path(cc).with_name('mpicxx')}", flags], tree)
-    # c/util gets no Makefile in 7.4 (each program's Makefile compiles it): make only where one is
-    for sub in ("c/util", "c/mpi/pt2pt/standard", "c/mpi/collective/blocking"):
-        if (tree / sub / "Makefile").exists():
-            _run(["make", "-j2", *NO_AUTOTOOLS], tree / sub)
-    return tree
-
-
-def build_imb(src: Path, work: Path) -> Path:
-    """IMB-MPI1, made in a copy of `src` under `work` (once)."""
-    tree = work / "imb"
-    if (tree / "IMB-MPI1").exists():
-        return tree / "IMB-MPI1"
-    if not (src / "src_cpp").is_dir():
-        sys.exit(f"peers: {src} is not an Intel MPI Benchmarks source tree (no src_cpp/)")
-    shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(src, tree, symlinks=True)
-    if (tree / "IMB-MPI1").exists():
-        return tree / "IMB-MPI1"  # the tree given was built already
-    cc = tool("mpicc")
-    _run(["make", "IMB-MPI1", f"CC={cc}", f"CXX={Path(cc).with_name('mpicxx')}"], tree)
-    return tree / "IMB-MPI1"
+def _not_found(names: list[str], where: Path | None, hint: str) -> None:
+    place = f"under {where}" if where is not None else "on PATH"
+    print(f"peers: error: {', '.join(names)} not found {place}: give {hint}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 # ---- parsing ---------------------------------------------------------------------------------
@@ -204,7 +203,7 @@ def size_chunks(lo: int, hi: int, per_job: int) -> list[tuple[int, int]]:
 
 
 def one_round(
-    osu: Path | None, imb: Path | None, ranks: list[int], hi: int, args, turn: int = 0
+    osu: dict | None, imb: Path | None, ranks: list[int], hi: int, args, turn: int = 0
 ) -> dict:
     """Every (tool, op, ranks, size) once, tool by tool within each rank count, op and chunk of
     sizes (`--sizes-per-job`); the tools' order changes with `turn` and the chunk (job_order),
@@ -258,8 +257,8 @@ def peer_env(heap: str) -> dict[str, str]:
     return {"GLIBC_TUNABLES": f"{tunables}:{TUNABLES}" if tunables else TUNABLES}
 
 
-def run_osu(osu: Path, op: str, n: int, lo: int, hi: int, env: dict) -> dict[int, float]:
-    argv = [str(osu / OSU_PROGRAMS[op]), "-m", f"{lo}:{hi}", *OSU_TYPE.get(op, [])]
+def run_osu(osu: dict, op: str, n: int, lo: int, hi: int, env: dict) -> dict[int, float]:
+    argv = [str(osu[op]), "-m", f"{lo}:{hi}", *OSU_TYPE.get(op, [])]
     return parse_osu(mpirun(n, argv, timeout=900, env=env))
 
 
@@ -326,8 +325,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--osu", type=Path, help="OSU Micro-Benchmarks source directory")
-    ap.add_argument("--imb", type=Path, help="Intel MPI Benchmarks source directory")
+    ap.add_argument("--osu-bin", type=Path, help="where OSU's programs are installed "
+                    "(default: PATH)")  # fmt: skip
+    ap.add_argument("--imb-bin", type=Path, help="IMB-MPI1, or a folder holding it "
+                    "(default: PATH)")  # fmt: skip
+    ap.add_argument("--tools", default="osu,imb", help="peers to run (default: %(default)s)")
     ap.add_argument("--ranks", default="2,4", help="rank counts (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
     ap.add_argument("--max", default="4M", help="largest size, a power of 2 (default: 4M)")
@@ -364,11 +366,14 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the headline rows here")
     ap.add_argument("--raw", default=None, help="write every round's times here (JSON)")
     args = ap.parse_args()
-    if not (args.osu or args.imb):
-        ap.error("give --osu and/or --imb source directories (nothing is downloaded)")
-    work = BUILD / "peers"
-    osu = build_osu(args.osu.resolve(), work) if args.osu else None
-    imb = build_imb(args.imb.resolve(), work) if args.imb else None
+    tools = [name.strip() for name in args.tools.split(",") if name.strip()]
+    if not tools or not set(tools) <= {"osu", "imb"}:
+        ap.error(f"--tools {args.tools!r}: osu, imb or both")
+    found = find_tools(tools, args.osu_bin, args.imb_bin)
+    osu, imb = found.get("osu"), found.get("imb")
+    for who, where in (("osu", osu and osu["pingpong"].parent), ("imb", imb)):
+        if where is not None:
+            print(f"# {who}: {where}", file=sys.stderr, flush=True)
     ranks = [int(r) for r in args.ranks.split(",")]
     hi = parse_size(args.max, "--max")
     rounds = []

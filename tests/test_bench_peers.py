@@ -1,13 +1,17 @@
-"""bench/peers.py's table logic, pure: the OSU and IMB tables it reads and the ratio it prints
-(median over rounds of the ratio within each round). Building and running the C tools needs
-their sources and is the benchmark's job, not a test's."""
+"""bench/peers.py: how it finds the OSU and IMB programs a user has installed (by path, in the
+layouts HPC-X, MVAPICH and Spack install them, else on PATH), the tables it reads and the ratio
+it prints (median over rounds of the ratio within each round), and a round end to end against
+stand-ins for the installed programs that print the tools' tables. It builds nothing: the repo
+carries no build recipe for another project's sources."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +159,92 @@ def test_peer_heap_gives_the_c_tools_commbenchs_malloc_policy(peers, monkeypatch
 def test_peer_heap_keeps_the_users_own_tunables(peers, monkeypatch):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
     assert peers.peer_env("kept")["GLIBC_TUNABLES"].startswith("glibc.malloc.arena_max=1:")
+
+
+def _install(folder: Path, name: str, table: str) -> Path:
+    """A stand-in for an installed program: an executable that prints `table` (as the tool
+    prints it) whatever its arguments."""
+    folder.mkdir(parents=True, exist_ok=True)
+    prog = folder / name
+    prog.write_text(f"#!/bin/sh\ncat <<'EOF'\n{table}EOF\n")
+    prog.chmod(0o755)
+    return prog
+
+
+def _osu_prefix(root: Path) -> Path:
+    """OSU 7's `make install` layout (MVAPICH, Spack): libexec/osu-micro-benchmarks/mpi/..."""
+    mpi = root / "libexec" / "osu-micro-benchmarks" / "mpi"
+    _install(mpi / "pt2pt" / "standard", "osu_latency", OSU_LOG)
+    for op in ("allreduce", "allgather", "alltoall"):
+        _install(mpi / "collective" / "blocking", f"osu_{op}", OSU_LOG)
+    return root
+
+
+def test_finds_an_osu_install_prefix_and_imb_by_folder(peers, tmp_path):
+    osu = _osu_prefix(tmp_path / "mvapich")
+    imb = _install(tmp_path / "hpcx" / "ompi" / "tests" / "imb", "IMB-MPI1", IMB_LOG)
+    found = peers.find_tools(["osu", "imb"], osu, tmp_path / "hpcx")
+    assert found["osu"]["pingpong"].name == "osu_latency"
+    assert found["osu"]["alltoall"].parent.name == "blocking"
+    assert found["imb"] == imb
+    assert peers.find_program("IMB-MPI1", imb) == imb  # the file itself will do
+
+
+def test_finds_the_programs_on_path(peers, tmp_path, monkeypatch):
+    bin_ = tmp_path / "spack-view" / "bin"
+    for name in ("osu_latency", "osu_allreduce", "osu_allgather", "osu_alltoall", "IMB-MPI1"):
+        _install(bin_, name, OSU_LOG)
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    found = peers.find_tools(["osu", "imb"], None, None)
+    assert set(found["osu"]) == set(peers.OPS) and found["imb"] == bin_ / "IMB-MPI1"
+
+
+def test_a_missing_program_is_one_line_naming_it_and_where(peers, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    _install(tmp_path / "osu", "osu_latency", OSU_LOG)  # the collectives are not there
+    with pytest.raises(SystemExit) as e:
+        peers.find_tools(["osu"], tmp_path / "osu", None)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "osu_allreduce, osu_allgather, osu_alltoall not found under" in err and "--osu-bin" in err
+    )
+    with pytest.raises(SystemExit):
+        peers.find_tools(["imb"], None, tmp_path / "empty")
+    assert "IMB-MPI1 not found under" in capsys.readouterr().err
+    # a file that is not executable is not a program
+    plain = tmp_path / "IMB-MPI1"
+    plain.write_text("")
+    assert peers.find_program("IMB-MPI1", plain) is None
+
+
+def test_the_repo_builds_no_other_projects_sources():
+    """No build recipe for OSU, IMB or any other project: no configure/autoreconf/cmake/make
+    of a source tree anywhere in bench/ or the Makefile."""
+    recipe = re.compile(r"\b(autoreconf|autogen\.sh|\./configure|cmake|src_cpp|make IMB)\b")
+    for path in [REPO / "Makefile", *sorted((REPO / "bench").glob("*.py"))]:
+        hits = [ln for ln in path.read_text().splitlines() if recipe.search(ln)]
+        assert not hits, (path, hits)
+
+
+@pytest.mark.mpi
+def test_a_round_against_installed_stand_ins(peers, tmp_path):
+    """The whole script, 1 round on 2 ranks at 8-16 B, against stand-ins that print OSU's and
+    IMB's tables: it finds them, runs commbench and them in turn, prints the ratio table."""
+    osu = _osu_prefix(tmp_path / "osu")
+    imb_log = (
+        IMB_LOG
+        + IMB_LOG.replace("Allreduce", "Allgather")
+        + IMB_LOG.replace("Allreduce", "Alltoall")
+    )
+    _install(tmp_path / "imb", "IMB-MPI1", imb_log.replace(" 8         1000", "16         1000"))
+    cmd = [sys.executable, str(REPO / "bench" / "peers.py"), "--osu-bin", str(osu), "--imb-bin",
+           str(tmp_path / "imb"), "--ranks", "2", "--rounds", "1", "--max", "16", "--iters",
+           "adapt", "--pause", "0"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"# osu: {osu}" in p.stderr
+    rows = [ln.split() for ln in p.stdout.splitlines() if ln.split()[:1] in (["pingpong"],
+            ["allreduce"], ["allgather"], ["alltoall"])]  # fmt: skip
+    assert {(r[0], r[2]) for r in rows} >= {("pingpong", "8"), ("allreduce", "16")}
+    assert "cells outside 0.9-1.1x" in p.stdout

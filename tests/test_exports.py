@@ -426,10 +426,10 @@ def test_every_export_of_every_calibration_reads_back(which, request, tmp_path):
 
 
 def test_readme_export_lines_run_as_written(two_hosts, tmp_path, monkeypatch, capsys):
-    """Each `commbench export` line of the README, in a directory holding the files it names."""
+    """Each `commbench export` line of docs/exports.md, in a directory holding the files it names."""
     import shlex
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "exports.md").read_text()
     lines = [ln.split("#")[0].strip() for ln in readme.splitlines()]
     lines = sorted({ln for ln in lines if ln.startswith("commbench export ")})
     assert {shlex.split(ln)[2] for ln in lines} == {
@@ -437,8 +437,10 @@ def test_readme_export_lines_run_as_written(two_hosts, tmp_path, monkeypatch, ca
     }  # fmt: skip
     monkeypatch.chdir(tmp_path)
     (tmp_path / "calibration.json").write_text(two_hosts.read_text())
-    (tmp_path / "h100_80g_nvl8.json").write_text(json.dumps(CALCULON_BASE))
-    (tmp_path / "h100-sxm-80gb.json").write_text(json.dumps(LLM_ANALYSIS_BASE))
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    (tmp_path / "examples").symlink_to(examples)  # the base files the lines name ship there
+    assert json.loads((examples / "calculon-h100.json").read_text()) == CALCULON_BASE
+    assert json.loads((examples / "llm-analysis-h100.json").read_text()) == LLM_ANALYSIS_BASE
     for ln in lines:
         assert cli.main(shlex.split(ln)[1:]) == 0, ln
         assert "wrote " in capsys.readouterr().out, ln

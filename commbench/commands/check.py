@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.commands import common
+from commbench.commands import common, nextstep
 from commbench.errors import UsageError
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pairs only: skip the node and rail all-reduce / all-gather")  # fmt: skip
     g = p.add_argument_group("expectations and verdict")
     g.add_argument("--thresholds", type=Path, default=None,
-                   help="YAML/JSON of expected GB/s per op, link class, size (see README)")  # fmt: skip
+                   help="YAML/JSON of expected GB/s per op, link class, size "
+                        "(docs/check.md; examples/expect.yaml)")  # fmt: skip
     g.add_argument("--calibration", default=None,
                    help="price what no threshold covers: a calibration JSON, or `reference`")  # fmt: skip
     g.add_argument("--min-pct", type=common.positive_float, default=None,
@@ -200,6 +201,7 @@ def _measure(
 
                 print_summary(summary)
             say(f"results: {s.writer.path}")
+            say(nextstep.line("check", s.writer.path))
             code = summary.exit_code
         code = s.world.bcast_obj(code, root=0)  # everyone waits for rank 0's output
     return code

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from commbench.commands import nextstep
 from commbench.commands.argtypes import DEFAULT_RESULTS, positive_int
 from commbench.errors import EXIT_FAILURE
 from commbench.formats import IMPORTERS
@@ -138,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
         f"placements {', '.join(placements)}"
     )
     print(f"results: {writer.path}")
+    print(nextstep.line("import", writer.path))
     if status != "complete":
         print(f"commbench: warning: {error}: run marked {status}", file=sys.stderr)
     return EXIT_FAILURE if status == "failed" else 0

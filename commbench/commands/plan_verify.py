@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from commbench.commands import nextstep
 from commbench.commands.argtypes import DEFAULT_RESULTS, positive_float, positive_int
 
 SUITE = "plan-verify"
@@ -239,6 +240,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
         progs = [verify.step_program(req, c) for c in configs]
         preds = [verify.predicted(planner, c, p) for c, p in zip(configs, progs)]
         runs, points = [], []
+        first = len(sweep) if quick else 0  # point numbers follow the sweep's: one run dir
         for i, (c, prog) in enumerate(zip(configs, progs)):
             run = RunSpec(
                 where=f"plan --verify config {i + 1}", pattern=verify.STEP_PATTERN,
@@ -252,7 +254,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
             meta = {**prog.meta, "predicted_s": sum(pred.values()), "predicted_by_axis": pred}
             prog = dataclasses.replace(prog, meta=meta)
             for r in range(args.rounds):  # round r of every config, then round r + 1
-                index = r * len(configs) + i + 1
+                index = first + r * len(configs) + i + 1
                 points.append(Point(index, run, req.model, layout, opt, {}, prog))
         points.sort(key=lambda pt: pt.index)
         suite = Suite(SUITE, Path(SUITE), "plan --verify", tuple(runs))
@@ -266,7 +268,7 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
             for m, rec in zip(pl, results):
                 for idx in m.indices:
                     seconds[idx] = rec.time_us * 1e-6 * m.scale * pt.program.steps[idx].repeat
-            k = (pt.index - 1) % len(configs)
+            k = (pt.index - first - 1) % len(configs)
             measured.setdefault(k, []).append(verify.by_axis(pt.program, seconds))
             whole.setdefault(k, []).append(verify.by_axis(pt.program, replayed.op_s))
             whole_steps.setdefault(k, []).append(replayed.step_s)
@@ -293,4 +295,5 @@ def main(args: argparse.Namespace, req, cal, result) -> int:
             doc = verify.summary(rows, ag, verify.agreement(rows, whole=True))
             write_json_atomic(s.writer.path / VERIFY_JSON, doc)
             s.say(f"results: {s.writer.path}")
+            s.say(nextstep.line("plan", s.writer.path))
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from commbench.commands import common
+from commbench.commands import clipnote, common, nextstep
 from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.ops import SWEEP_OPS, op_spec
@@ -261,7 +261,7 @@ def main(args: argparse.Namespace) -> int:
         from commbench.tables import Table
 
         table = Table(columns(args.columns, op_spec(steps[0].op).overlaps))
-        busbw, bad = [], 0
+        busbw, bad, iters = [], 0, []
         redop = "sum" if op_spec(steps[0].op).reduces else "-"
         for st in steps:
             m = s.runner.measure(st, info)
@@ -275,11 +275,16 @@ def main(args: argparse.Namespace) -> int:
             )
             s.writer.write(rec.to_json())
             busbw.append(rec.busbw_GBps)
+            iters.append(rec.iters)
             bad += rec.wrong > 0
             table.row(*cells(args.columns, rec, redop, info.link_class, timing.check))
         assert s.writer is not None
         checked = "checked" if timing.check else "not checked (--no-check)"
         table.note(f"Points with wrong data : {bad} of {len(busbw)} ({checked})")
         table.note(f"Avg bus bandwidth      : {sum(busbw) / max(len(busbw), 1):.4f} GB/s")
+        note = clipnote.clipped(iters, timing)
+        if note:
+            s.say(note)
         s.say(f"results: {s.writer.path}")
+        s.say(nextstep.line("run", s.writer.path))
     return 0

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from commbench.commands import common
+from commbench.commands import common, nextstep
 from commbench.errors import UsageError
 from commbench.measure.runner import DEFAULT_BUDGET_S
 from commbench.traffic.patterns.base import options_label
@@ -370,4 +370,6 @@ def measure(args, suite, points, plans, cli_max, opts, launch, timings) -> int:
             checked = "checked" if first_timing.check else "not checked (--no-check)"
             table.note(f"Points with wrong data : {bad_points} of {len(points)} ({checked})")
             s.say(f"results: {s.writer.path}")
+            sweep = all(pt.program.pattern == "collectives" for pt in points)  # fit's input
+            s.say(nextstep.line("run" if sweep else "suite", s.writer.path))
     return 0

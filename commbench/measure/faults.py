@@ -6,7 +6,9 @@
 rank alike (so point 3 is the same point everywhere), or is `start` (before the backend's
 rendezvous). Kinds: `raise` an exception, `usage` (raise a UsageError: bad input found late),
 `exit` without cleanup (`code=`, default 3), `sigkill` / `sigint` / `sigterm` itself, `hang`
-forever, or `delay` for `seconds=` (default 5) and then carry on. Unset, the hook costs one
+forever, `delay` for `seconds=` (default 5) and then carry on, or `preempt`: every iteration of
+the point's probe (the few that size its iteration count to `--budget`) waits `seconds=` first,
+as if the scheduler took the core each time (a loaded box). Unset, the hook costs one
 comparison per point. This module is the only place faults come from.
 """
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from commbench.errors import UsageError
 
 ENV = "COMMBENCH_FAULT"
-KINDS = ("raise", "usage", "exit", "hang", "sigkill", "sigint", "sigterm", "delay")
+KINDS = ("raise", "usage", "exit", "hang", "sigkill", "sigint", "sigterm", "delay", "preempt")
 ALL = -1  # `rank=all`
 START = -1  # the `point=start` hook, before the backend is opened
 
@@ -101,6 +103,8 @@ def fire(fault: Fault, settle: Callable[[float], object] | None = None) -> None:
     if fault.kind == "delay":
         time.sleep(fault.seconds)
         return
+    if fault.kind == "preempt":
+        return  # strikes inside the probe (Injector.preempt_s), not at the point's start
     while True:  # hang: a peer that never arrives
         time.sleep(3600)
 
@@ -126,3 +130,8 @@ class Injector:
         """Called at `point` (START, or a measured point's index)."""
         if self._fault is not None and self._fault.point == point:
             fire(self._fault, self._settle)
+
+    def preempt_s(self, point: int) -> float:
+        """Seconds each probe iteration of `point` is descheduled on this rank (`preempt`)."""
+        f = self._fault
+        return f.seconds if f is not None and f.kind == "preempt" and f.point == point else 0.0

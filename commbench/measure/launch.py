@@ -104,7 +104,7 @@ def oversubscription_warning(found: list[dict]) -> str | None:
     return (
         f"commbench: warning: {where}: ranks share cores, so the times measure the OS scheduler, "
         "not the interconnect, and the numbers are not meaningful (use at most one rank per "
-        "core; the README's 'On a small box' says how)"
+        "core; docs/running.md, 'On a small box', says how)"
     )
 
 

@@ -9,6 +9,7 @@ size within a time budget per point. The runner never names a pattern.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,18 @@ def probe_seconds(comm: Communicator, fn: Fn, budget_s: float) -> float:
     return float(np.median(np.append(comm.time_loop(fn, more, PER_ITERATION, ENQUEUE), first)))
 
 
+def preempted(fn: Fn, seconds: float) -> Fn:
+    """`fn`, descheduled for `seconds` before each call (the `preempt` fault); `fn` when 0."""
+    if not seconds:
+        return fn
+
+    def late() -> None:
+        time.sleep(seconds)
+        fn()
+
+    return late
+
+
 class Runner:
     """Measures Steps on the world's sub-groups, reusing one buffer pool and cached splits."""
 
@@ -119,6 +132,7 @@ class Runner:
         guard: Callable[[str], contextlib.AbstractContextManager] | None = None,
         stop_requested: Callable[[], bool] | None = None,
         on_point: Callable[[int], None] | None = None,
+        preempt_s: Callable[[int], float] | None = None,
     ) -> None:
         self.world = world
         self.cfg = cfg
@@ -129,6 +143,7 @@ class Runner:
         self._guard = guard or (lambda label: contextlib.nullcontext())
         self._stop_requested = stop_requested or (lambda: False)
         self._on_point = on_point or (lambda point: None)
+        self._preempt_s = preempt_s or (lambda point: 0.0)  # faults.py's `preempt`, tests only
         self.points = 0  # measure() calls so far: the same count on every rank
 
     def reserve(self, steps: list[tuple[Step, GroupInfo]]) -> None:
@@ -172,7 +187,9 @@ class Runner:
         if cfg.iters is not None and cfg.warmup is not None:
             estimate_over.max_float(0.0)  # the agreement every rank of the world joins
             return cfg.warmup, cfg.iters  # fixed counts (OSU -i/-x): nothing probed
-        probe = estimate_over.max_float(probe_seconds(comm, bound.fn, cfg.budget_s))
+        probe = estimate_over.max_float(
+            probe_seconds(comm, preempted(bound.fn, self._preempt_s(self.points - 1)), cfg.budget_s)
+        )
         warmup = (
             cfg.warmup
             if cfg.warmup is not None
@@ -205,12 +222,34 @@ class Runner:
         timer = self.cfg.gpu_timer
         if warmup:
             comm.time_loop(bound.fn, warmup, PER_ITERATION, ENQUEUE)
-        times = comm.time_loop(bound.fn, iters, self.cfg.timing, timer) * bound.time_scale
+        raw = comm.time_loop(bound.fn, iters, self.cfg.timing, timer)
+        if self.cfg.iters is None:
+            raw = self._top_up(comm, bound, raw, agree)
+            iters = len(raw)
+        times = raw * bound.time_scale
         overlapped = None
         if bound.binding.compute is not None:
             overlapped = self._overlapped(comm, bound, times, iters)
         loop = comm.loop_kind(bound.fn, self.cfg.timing, timer)
         return times, wrong, warmup, iters, loop, overlapped, bound.binding.ack
+
+    def _top_up(self, comm: Communicator, bound: Bound, raw: np.ndarray, agree: Communicator):
+        """The budget's count again, from the timed iterations' median (the group's slowest
+        rank's, agreed over `agree` as the probe was): if the probe overstated the op's cost
+        twice or more (its few iterations descheduled on a loaded box, or cold), time the
+        missing iterations now. One agreement on every rank, whatever it decides."""
+        cfg = self.cfg
+        median = agree.max_float(float(np.median(raw)))
+        target = int(np.clip(cfg.budget_s / max(median, 1e-9), cfg.min_iters, cfg.max_iters))
+        if target < 2 * len(raw):
+            return raw  # the probe was near enough: the point keeps its count
+        more = comm.time_loop(bound.fn, target - len(raw), cfg.timing, cfg.gpu_timer)
+        return np.concatenate([raw, more])
+
+    def agreements(self) -> int:
+        """How many count agreements a group's ranks join per point (_iterations, _top_up):
+        a rank in none of the point's groups joins as many with nothing to say."""
+        return 1 if self.cfg.iters is not None else 2
 
     def _overlapped(
         self, comm: Communicator, bound: Bound, pure: np.ndarray, iters: int
@@ -271,7 +310,8 @@ class Runner:
                 if sub is not None:
                     result = self._run_group(sub, step, self.world)
                 else:
-                    self.world.max_float(0.0)  # match the members' agreement on counts
+                    for _ in range(self.agreements()):  # match the members' agreements
+                        self.world.max_float(0.0)
             return self.world.gather_obj((gi, result), root=0)
 
     def _aggregate(self, step: Step, info: GroupInfo, gathered: list) -> Measurement:

@@ -146,7 +146,12 @@ class Session:
         except BaseException as e:
             self._fail(e)
         self._runner = Runner(
-            self.world, self.timing, self.watchdog.guard, self.stop.is_set, self._reached
+            self.world,
+            self.timing,
+            self.watchdog.guard,
+            self.stop.is_set,
+            self._reached,
+            self.faults.preempt_s,
         )
         return self
 

@@ -15,6 +15,7 @@ import numpy as np
 from commbench.calibration.series_key import SeriesKey
 from commbench.errors import UsageError
 from commbench.fit.collect import collect
+from commbench.report.step_timeline import point_key
 from commbench.results.planfile import PlanFile
 from commbench.results.records import PointRecord, StepRecord
 from commbench.results.rundir import RECORDS, Run, is_run_dir, read_run
@@ -204,7 +205,7 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
             if rec.get("kind") != "point":
                 continue
             pt = PointRecord.from_json(rec, f"{where}: point {rec.get('point')!r}")
-            seen.add(pt.point)
+            seen.add((pt.suite, pt.run, pt.point))
             rows.append(
                 PointRow(
                     run_id=run.path.name,
@@ -223,12 +224,12 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
                     record=rec,
                 )
             )
-        orphans: dict[int, list[StepRecord]] = {}
+        orphans: dict[tuple, list[StepRecord]] = {}  # by (suite, run, point): point_key
         for rec in run.records:
-            if rec.get("kind") == StepRecord.kind and rec.get("point") not in seen:
+            if rec.get("kind") == StepRecord.kind and point_key(rec) not in seen:
                 st = StepRecord.from_json(rec, f"{where}: step of point {rec.get('point')!r}")
-                orphans.setdefault(st.point, []).append(st)
-        for idx, steps in orphans.items():
+                orphans.setdefault((st.suite, st.run, st.point), []).append(st)
+        for (_, _, idx), steps in orphans.items():
             first = steps[0]
             bd: dict[str, float] = {}
             for s in steps:

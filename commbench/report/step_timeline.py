@@ -41,21 +41,28 @@ class StepTimeline:
         return list(dict.fromkeys(s.axis for s in self.spans))
 
 
+def point_key(rec: dict) -> tuple:
+    """Which point of its run a point or step record belongs to: (suite, run, point). The
+    index alone repeats where one run directory holds two suites' points (`plan --verify`
+    without --calibration: its quick sweep's points 1..N, then the configs' 1..K)."""
+    return rec.get("suite"), rec.get("run"), rec.get("point")
+
+
 def step_timelines(runs: list[Run]) -> list[StepTimeline]:
     """A timeline for every complete point of a step-role pattern in `runs`."""
     out = []
     for run in runs:
-        by_point: dict[int, list[dict]] = {}
+        by_point: dict[tuple, list[dict]] = {}
         for rec in run.records:
             if rec.get("kind") == StepRecord.kind:
-                by_point.setdefault(rec["point"], []).append(rec)
+                by_point.setdefault(point_key(rec), []).append(rec)
         for rec in run.records:
             spec = patterns.PATTERNS.get(str(rec.get("pattern")))
             if rec.get("kind") != "point" or spec is None or spec.role is not Role.STEP:
                 continue
             _, _, _, prog = patterns.rebuild(rec)
             seconds = [0.0] * len(prog.steps)
-            for st in by_point.get(rec["point"], []):
+            for st in by_point.get(point_key(rec), []):
                 for i in st["program_steps"]:
                     seconds[i] = st["time_us"] * 1e-6 * st["scale"] * prog.steps[i].repeat
             spans, t = [], 0.0

@@ -101,6 +101,15 @@ def init_world(launch: LaunchInfo, backend: str, timeout_s: float) -> TorchCommu
     return TorchCommunicator(None, tuple(range(world)), device, backend, timeout)
 
 
+def receives_first(ops: Sequence[tuple[str, Any, int]]) -> list[tuple[str, Any, int]]:
+    """A fused group's actions as posted: receives, then sends, each kind in its order (the
+    k-th send to a peer matches its k-th receive). gloo sends only once the peer's receive is
+    announced, and the announcement queues behind the pair's own bulk data: sends first, a
+    16 MiB exchange across emulated nodes at 1 Gbit/s took turns (0.060 GB/s, half the rate)
+    or not (0.114), by run; receives first, 0.120-0.121 every run (one way: 0.121)."""
+    return [op for op in ops if op[0] != "send"] + [op for op in ops if op[0] == "send"]
+
+
 class TorchCommunicator(Communicator):
     """A group over a torch.distributed process group (None = the default group)."""
 
@@ -242,10 +251,10 @@ class TorchCommunicator(Communicator):
 
             return copy
         g, ops = self.group, []
-        if dest is not None:
-            ops.append(dist.P2POp(dist.isend, send, self._g(dest), g))
         if source is not None:
             ops.append(dist.P2POp(dist.irecv, recv, self._g(source), g))
+        if dest is not None:
+            ops.append(dist.P2POp(dist.isend, send, self._g(dest), g))
         if not ops:
             return lambda: None
 
@@ -274,7 +283,7 @@ class TorchCommunicator(Communicator):
         g = self.group
         batch = [
             dist.P2POp(dist.isend if kind == "send" else dist.irecv, buf, self._g(peer), g)
-            for kind, buf, peer in ops
+            for kind, buf, peer in receives_first(ops)
         ]
 
         def fn() -> None:
