@@ -1,0 +1,128 @@
+"""Run the tiny Llama under real PyTorch parallelism on gloo and write every op each rank
+issued (tests/pytorch_jobs/oplog.py) as JSON, one file per config and rank:
+
+    python tests/pytorch_jobs/run.py --world 2 --out DIR tp tp-sp fsdp ddp
+    python tests/pytorch_jobs/run.py --world 2 --out DIR --profile TRACES tp
+
+DIR/<config>/rank<r>.json holds {"config", "world", "micro_batches", "ops": [...]}; with
+--profile, the logged step also runs under torch.profiler and each rank's Chrome trace goes to
+TRACES/<config>/rank<r>.json. One warm-up step (unlogged: DDP rebuilds its buckets after the
+first) precedes the logged step. Ranks are forked from this process (torch imported once),
+and the configs run one after another in the same process group. The step is torchtitan's
+(torchtitan/trainer.py train_step): the global valid-token count summed over dp first, the
+micro-batches' forward and backward, then the grad norm (clip_grad_norm_: DTensor
+full_tensor over every sharded mesh dim) and the loss-finite flag's MIN over dp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from configs import CONFIGS, Built  # noqa: E402
+from llama import Shape  # noqa: E402
+from oplog import OpLog  # noqa: E402
+
+import torch.distributed._functional_collectives as funcol  # noqa: E402
+
+
+def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
+    """One torchtitan step of b.micro_batches micro-batches of b.micro_batch sequences."""
+    gen = torch.Generator().manual_seed(seed)
+    batches = [
+        torch.randint(0, shape.vocab, (b.micro_batch, shape.seq_len + 1), generator=gen)
+        for _ in range(b.micro_batches)
+    ]
+    with log.during("forward"):
+        tokens = torch.tensor(sum(x[:, 1:].numel() for x in batches), dtype=torch.int64)
+        if b.dp_mesh is not None:
+            tokens = funcol.wait_tensor(funcol.all_reduce(tokens, "sum", b.dp_mesh))
+    for x in batches:
+        with log.during("forward"), b.loss_context():
+            logits = b.model(x[:, :-1])
+            loss = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(), x[:, 1:].flatten(0, 1), reduction="sum"
+            ) / tokens
+        with log.during("backward"), b.loss_context():
+            loss.backward()
+    with log.during("optimizer"):
+        grads = [p.grad for p in b.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(list(b.model.parameters()), 1.0, norm)
+        if b.dp_mesh is not None:
+            finite = torch.ones((), dtype=torch.int32)
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN, group=b.dp_mesh.get_group())
+        b.optimizer.step()
+        b.optimizer.zero_grad()
+
+
+def rank_main(rank: int, world: int, init: str, configs: list[str], out: str, profile: str | None) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    shape = Shape()
+    for name in configs:
+        torch.manual_seed(0)
+        built = CONFIGS[name](shape, world)
+        log = OpLog()
+        log.install()
+        try:
+            train_step(built, shape, log, seed=1)  # warm-up, unlogged
+            log.records.clear()
+            log.phase = None
+            if profile:
+                from torch.profiler import ProfilerActivity, profile as prof
+
+                with prof(activities=[ProfilerActivity.CPU]) as p:
+                    train_step(built, shape, log, seed=2)
+                tdir = Path(profile) / name
+                tdir.mkdir(parents=True, exist_ok=True)
+                p.export_chrome_trace(str(tdir / f"rank{rank}.json"))
+            else:
+                train_step(built, shape, log, seed=2)
+        finally:
+            log.uninstall()
+        odir = Path(out) / name
+        odir.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "config": name,
+            "world": world,
+            "micro_batches": built.micro_batches,
+            "micro_batch": built.micro_batch,
+            "ops": log.records,
+        }
+        (odir / f"rank{rank}.json").write_text(json.dumps(doc))
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("configs", nargs="+", choices=sorted(CONFIGS))
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--out", required=True, help="directory for <config>/rank<r>.json op logs")
+    ap.add_argument("--profile", help="also write torch.profiler Chrome traces here")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{os.path.join(tmp, 'store')}"
+        mp.start_processes(
+            rank_main,
+            args=(args.world, init, args.configs, args.out, args.profile),
+            nprocs=args.world,
+            start_method="fork",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
