@@ -63,10 +63,11 @@ def test_dp_seed_check_fp32_grads_and_ddp_buckets():
     # a ring all-reduce moves about twice that over the busiest link
     bus = sum(s.total_bytes * bus_factor(s.op, 8) for s in prog.steps)
     assert bus / total == pytest.approx(2 * 7 / 8)
-    first, full, last = prog.steps
-    assert (first.nbytes, first.repeat) == (1 * MiB, 1)
-    assert full.nbytes == 25 * MiB and full.repeat == (total - MiB) // (25 * MiB)
-    assert last.nbytes == (total - MiB) % (25 * MiB)
+    # DDP buckets whole tensors: every fp32 matrix of llama-7b is over 25 MiB, so each is a
+    # bucket of its own (a norm joins the next): 32 layers x 7 + the head + the embedding
+    assert sum(s.repeat for s in prog.steps) == 226
+    assert 64 * MiB <= min(s.nbytes for s in prog.steps) < max(s.nbytes for s in prog.steps)
+    assert max(s.nbytes for s in prog.steps) == 4 * (32000 * 4096 + 4096)  # head + final norm
     assert all(s.op == "allreduce" and s.axis == "dp" and s.dtype == "float32" for s in prog.steps)
 
 
@@ -88,6 +89,25 @@ def test_dp_local_grads_and_axes():
     assert expert == pytest.approx(4 * MIX.param_counts().expert / 4, rel=1e-6)
     assert dense == pytest.approx(4 * MIX.param_counts().dense, rel=1e-6)
     assert dp.build(ParallelLayout(4, tp=4), L7, dp.Options()).steps == ()
+
+
+def test_ddp_buckets_whole_tensors_in_ready_order():
+    """torch DDP's rule on the tiny Llama at 0.5 MiB: 12 buckets, as a real DDP on gloo issued
+    (tests/pytorch_jobs); splitting the 8 MiB of gradients by bytes gave 16."""
+    from commbench.traffic.patterns import tensors
+
+    tiny = ModelShape(name="t", layers=2, hidden=256, heads=4, ffn_hidden=688, vocab=1024)
+    dense, expert = tensors.grad_tensors(ParallelLayout(2), tiny)
+    assert sum(dense) == tiny.params and not expert and len(dense) == 21
+    prog = patterns.build("dp", ParallelLayout(2), tiny, {"bucket_mb": 0.5})
+    got = sorted((s.count, int(s.repeat)) for s in prog.steps)
+    assert got == [(131072, 2), (131328, 2), (176128, 4), (176384, 2), (262144, 1), (262400, 1)]
+    assert tensors.ddp_buckets([10, 1, 1], 1, 5) == [1, 11]  # first cap, then the rest
+    assert tensors.ddp_caps(25.0, None) == (MiB, 25 * MiB)  # 1 MiB only at the default cap
+    assert tensors.ddp_caps(0.5, None) == (MiB // 2, MiB // 2)
+    titan = patterns.build("dp", ParallelLayout(2), L7, {"framework": "torchtitan"})
+    assert max(s.nbytes for s in titan.steps) > 100 * MiB  # replicate's 100 MiB buckets
+    assert sum(s.repeat for s in titan.steps) < 226
 
 
 def test_buckets():

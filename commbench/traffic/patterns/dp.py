@@ -1,6 +1,8 @@
 """Data parallelism as PyTorch DDP does it (Li et al. 2020, "PyTorch Distributed"): the local
-gradients, P / (tp x pp) parameters in the grad dtype, all-reduced in buckets of 25 MiB with
-a small first bucket of 1 MiB (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES). With cp > 1
+gradients, P / (tp x pp) parameters in the grad dtype, all-reduced in buckets of whole
+tensors in gradient-ready order, 25 MiB each after a first bucket of 1 MiB (torch's
+_DEFAULT_FIRST_BUCKET_BYTES, used only at the default cap; patterns/tensors.py has the rule);
+under framework torchtitan 100 MiB (torchtitan's apply_ddp, bucket_cap_mb=100). With cp > 1
 the dense gradients reduce over the dp x cp ranks (Megatron-LM); MoE expert gradients reduce
 over the expert-data-parallel ranks (edp = dp x cp / ep). Once per step.
 """
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from commbench.dtypes import dtype_size
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns.base import TrafficOptions, buckets, check, dp_axis, dp_size
+from commbench.traffic.patterns import tensors
+from commbench.traffic.patterns.base import FrameworkOptions, check, dp_axis, dp_size
 from commbench.traffic.program import Program, Step
 
 NAME = "dp"
@@ -20,19 +23,29 @@ MiB = 1 << 20
 
 
 @dataclass(frozen=True)
-class Options(TrafficOptions):
-    """Gradient all-reduce of one step: grad dtype and DDP bucket sizes (MiB)."""
+class Options(FrameworkOptions):
+    """Gradient all-reduce of one step: grad dtype and DDP bucket caps (MiB; None: the
+    framework's, 25 or torchtitan's 100; the first bucket by DDP's rule)."""
 
     grad_dtype: str = "float32"
-    bucket_mb: float = 25.0
-    first_bucket_mb: float = 1.0
+    bucket_mb: float | None = None
+    first_bucket_mb: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         from commbench.errors import UsageError
 
-        if not self.bucket_mb > 0 or not self.first_bucket_mb > 0:
-            raise UsageError("bucket_mb and first_bucket_mb must be positive")
+        for name in ("bucket_mb", "first_bucket_mb"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise UsageError(f"{name} must be positive, got {value}")
+
+    @property
+    def cap_mb(self) -> float:
+        """The bucket cap in effect."""
+        if self.bucket_mb is not None:
+            return self.bucket_mb
+        return 100.0 if self.framework == "torchtitan" else tensors.DDP_DEFAULT_CAP_MB
 
 
 def grad_bytes(layout: ParallelLayout, model: ModelShape, grad_dtype: str) -> tuple[int, int]:
@@ -45,23 +58,21 @@ def grad_bytes(layout: ParallelLayout, model: ModelShape, grad_dtype: str) -> tu
 
 
 def bucket_steps(
-    total: int, axis: str, options: Options, what: str, phase: str = "backward"
+    sizes: list[int], axis: str, options: Options, what: str, phase: str = "backward"
 ) -> list[Step]:
-    """All-reduce Steps of `total` gradient bytes in DDP buckets (equal buckets merged)."""
+    """All-reduce Steps of DDP's buckets over tensors of `sizes` elements (equal buckets
+    merged, in the order they run)."""
     el = dtype_size(options.grad_dtype)
-    cap = max(el, int(options.bucket_mb * MiB) // el * el)
-    first = max(el, int(options.first_bucket_mb * MiB) // el * el)
+    first, cap = tensors.ddp_caps(options.cap_mb, options.first_bucket_mb)
+    counts: dict[int, int] = {}
+    for b in tensors.ddp_buckets([n * el for n in sizes], first, cap):
+        counts[b] = counts.get(b, 0) + 1
     return [
         Step(
-            op="allreduce",
-            nbytes=size,
-            axis=axis,
-            repeat=count,
-            phase=phase,
-            dtype=options.grad_dtype,
-            label=f"{what} ({which})",
-        )
-        for size, count, which in buckets(total, first, cap)
+            op="allreduce", nbytes=size, axis=axis, repeat=n, phase=phase,
+            dtype=options.grad_dtype, label=f"{what} ({n} of {size} B)",
+        )  # fmt: skip
+        for size, n in counts.items()
     ]
 
 
@@ -69,10 +80,11 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     """DDP gradient buckets of the busiest rank; expert gradients on edp for MoE models."""
     check(layout, model, options.seq(model))
     dense, expert = grad_bytes(layout, model, options.grad_dtype)
+    dense_t, expert_t = tensors.grad_tensors(layout, model)
     steps: list[Step] = []
     if dp_size(layout) > 1:
-        steps += bucket_steps(dense, dp_axis(layout), options, "grad bucket")
+        steps += bucket_steps(dense_t, dp_axis(layout), options, "grad bucket")
     if expert and layout.edp > 1:
-        steps += bucket_steps(expert, Axis.EDP, options, "expert grad bucket")
+        steps += bucket_steps(expert_t, Axis.EDP, options, "expert grad bucket")
     meta = {"grad_bytes": dense, "expert_grad_bytes": expert, "params": model.params}
     return Program(NAME, tuple(steps), meta)

@@ -27,14 +27,14 @@ MiB = 1 << 20
 @dataclass(frozen=True)
 class Options(framework.Options):
     """The step's workload (micro_batches per step through the pipeline), sequence parallel,
-    the gradient reduction (zero_stage 0: DDP buckets of bucket_mb; 1-3: ZeRO;
+    the gradient reduction (zero_stage 0: DDP buckets of bucket_mb, None: the framework's; 1-3: ZeRO;
     distributed_optimizer: Megatron's), grad dtype, EP routing as pattern ep's, and compute_ms
     of forward per micro-batch and stage in the pipeline (backward = backward_factor x)."""
 
     micro_batches: int = 4
     zero_stage: int = 0
     grad_dtype: str = "float32"
-    bucket_mb: float = 25.0
+    bucket_mb: float | None = None
     compute_ms: float = 0.0
     backward_factor: float = 2.0
 
@@ -59,6 +59,7 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
         f.name: getattr(options, f.name)
         for f in dataclasses.fields(options)
         if f.name not in ("zero_stage", "distributed_optimizer")
+        and getattr(options, f.name) is not None
     }
     zero = options.zero_stage
     per: dict[str, dict] = {}
