@@ -21,6 +21,17 @@ the workload, for the `step` pattern (which `plan --verify` prices and measures)
   tp of the received tokens after the dispatch and the reduce-scatter before the combine (and
   their mirror in backward).
 
+Under `framework: torchtitan` (PyTorch's own parallelism as torchtitan/trainer.py drives it)
+the step differs, each checked against real PyTorch on gloo (tests/pytorch_jobs): no batch
+broadcast (every TP rank loads its batch), no LM-head re-gather with SP (autograd keeps the
+gathered input), the per-step trainer scalars instead of the per-micro-batch loss (the valid
+token count, int64 summed over dp before the micro-batches; the loss-finite flag, int32 MIN
+over dp x cp, and over pp, after them), SP norm weights' Partial grads all-reduced one by one
+(in backward under FSDP2; otherwise where a Replicate value is first needed: the grad norm and
+the optimizer's update, 2 per weight), and the grad norm (clip_grad_norm_'s full_tensor) as
+one all-reduce of one fp32 per gradient tensor on every mesh dimension that shards one (tp,
+the FSDP dims), plus one fp32 over pp.
+
 int64 buffers move as 8-byte float64 elements: a broadcast or all-to-all does not look at them.
 """
 
@@ -31,8 +42,8 @@ from dataclasses import dataclass
 
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import ep
-from commbench.traffic.patterns.base import check
+from commbench.traffic.patterns import ep, tensors
+from commbench.traffic.patterns.base import FRAMEWORKS, check, check_choice, dp_axis
 from commbench.traffic.program import Program, Step
 
 NAME = "framework"
@@ -117,16 +128,57 @@ def layernorm_grads(layout: ParallelLayout, model: ModelShape, sp: bool) -> list
 
 
 def loss(layout: ParallelLayout, m: int) -> list[Step]:
-    """[loss sum, tokens] in fp32 all-reduced over dp x cp each micro-batch."""
+    """[loss sum, tokens] in fp32 all-reduced over dp x cp once per step, on the last stage
+    (Megatron-LM's training.train_step reduces the micro-batches' losses after the schedule;
+    `m` is kept for callers)."""
     if layout.dp * layout.cp == 1:
         return []
-    axis = f"{Axis.DP}-{Axis.CP}" if layout.cp > 1 else Axis.DP
-    return [_step("allreduce", 8, axis, m, "forward", FP32, "loss")]
+    return [_step("allreduce", 8, dp_axis(layout), 1, "forward", FP32, "loss")]
+
+
+def titan_scalars(layout: ParallelLayout) -> tuple[list[Step], list[Step]]:
+    """(before the micro-batches, after them) of torchtitan's train_step: the valid-token
+    count (int64 sum over the batch mesh, dp) and the loss-finite flag (int32 MIN over the
+    loss mesh dp x cp, then over pp)."""
+    before = []
+    if layout.dp > 1:
+        before.append(_step("allreduce", 8, Axis.DP, 1, "forward", INT64, "valid tokens"))
+    after = []
+    if layout.dp * layout.cp > 1:
+        after.append(_step("allreduce", 4, dp_axis(layout), 1, "optimizer", "int32", "finite"))
+    if layout.pp > 1:
+        after.append(_step("allreduce", 4, Axis.PP, 1, "optimizer", "int32", "finite (pp)"))
+    return before, after
+
+
+def titan_grad_norm(layout: ParallelLayout, model: ModelShape, fsdp: bool) -> list[Step]:
+    """clip_grad_norm_ on DTensor grads: the per-tensor norms (one fp32 each) all-reduced on
+    every mesh dim that shards a gradient (tp; dp x cp under FSDP2), then one over pp."""
+    dense, expert = tensors.grad_tensors(layout, model)
+    n = len(dense) + len(expert)
+    axes = [Axis.TP] if layout.tp > 1 else []
+    if fsdp and layout.dp * layout.cp > 1:
+        axes.append(dp_axis(layout))
+    out = [_step("allreduce", 4 * n, a, 1, "optimizer", FP32, "grad norm") for a in axes]
+    if layout.pp > 1:
+        out.append(_step("allreduce", 4, Axis.PP, 1, "optimizer", FP32, "grad norm (pp)"))
+    return out
+
+
+def titan_norm_grads(layout: ParallelLayout, model: ModelShape, m: int, fsdp: bool) -> list[Step]:
+    """SP norm weights' Partial grads, all-reduced per weight over tp: each micro-batch's
+    backward under FSDP2, else twice a step (the grad norm, the optimizer's update)."""
+    stage = model.busiest_stage(layout.pp, layout.tp, layout.ep)
+    norms = 2 * len(model.stage_layers(layout.pp, stage)) + (stage == layout.pp - 1)
+    h = 4 * model.hidden
+    if fsdp and layout.dp * layout.cp > 1:
+        return [_step("allreduce", h, Axis.TP, norms * m, "backward", FP32, "SP norm grads")]
+    return [_step("allreduce", h, Axis.TP, 2 * norms, "optimizer", FP32, "SP norm grads")]
 
 
 def grad_norm(layout: ParallelLayout, distributed_optimizer: bool) -> list[Step]:
     """The squared grad norm, one fp32, over the model-parallel ranks (tp x pp), or over every
-    rank when the distributed optimizer shards the gradients."""
+    rank when the gradients are sharded (the distributed optimizer, ZeRO 1-3)."""
     axis = "-".join(
         a
         for a in (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -175,6 +227,11 @@ class Options(ep.Options):
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
     expert_tensor_parallel: bool = False
+    framework: str = "megatron"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("framework", self.framework, FRAMEWORKS)
 
 
 def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[str, list[Step]]:
@@ -201,6 +258,7 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
         )
     head_fwd, head_bwd = lm_head(layout, S, m, sp, dt)
     emb = embedding(layout, S, m, sp, dt)
+    zero = getattr(options, "zero_stage", 0)
     out.update(
         input=batch_broadcast(layout, options.micro_batch, seq, m)
         + [s for s in emb if s.phase == "forward"],
@@ -209,8 +267,18 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
         head_backward=head_bwd,
         input_backward=[s for s in emb if s.phase == "backward"],
         grads=layernorm_grads(layout, model, sp),
-        optimizer=grad_norm(layout, options.distributed_optimizer),
+        optimizer=grad_norm(layout, options.distributed_optimizer or zero > 0),
     )
+    if options.framework == "torchtitan":
+        before, after = titan_scalars(layout)
+        fsdp = zero == 3
+        out.update(
+            input=before + [s for s in emb if s.phase == "forward"],
+            loss=[],
+            head_backward=[s for s in head_bwd if s.op != "allgather"],  # no re-gather
+            grads=titan_norm_grads(layout, model, m, fsdp) if sp else [],
+            optimizer=titan_grad_norm(layout, model, fsdp) + after,
+        )
     return out
 
 
