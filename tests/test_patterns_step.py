@@ -14,6 +14,7 @@ from commbench.report.step_timeline import step_timelines
 from commbench.results.rundir import read_run
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.presets import get_model
 
 from conftest import run_mpi, run_single
@@ -78,9 +79,38 @@ def test_batch_broadcast_loss_and_grad_norm():
     assert (tokens.op, tokens.nbytes, tokens.repeat) == ("broadcast", 8 * B * S_LEN, 6)
     assert (mask.nbytes, mask.repeat) == (4 * B * S_LEN, 2)
     loss = by_label(prog, "loss")
-    assert (loss.axis, loss.nbytes, loss.repeat) == ("dp", 8, 2)
+    # Megatron-LM reduces [loss, tokens] once per step, after the schedule
+    assert (loss.axis, loss.nbytes, loss.repeat) == ("dp", 8, 1)
     assert by_label(prog, "grad norm").axis == "tp-pp"
     assert by_label(step(tp=2, distributed_optimizer=True), "grad norm").axis == "tp-cp-dp-pp"
+    # ZeRO 1-3 shard the grads too: the norm sums over every rank (defect 1 of issue 31)
+    for zero in (1, 2, 3):
+        assert by_label(step(tp=2, zero_stage=zero), "grad norm").axis == "tp-cp-dp-pp"
+
+
+def test_torchtitan_step_differs_where_pytorch_does():
+    """TP 2 + SP on the 2-layer model, 2 micro-batches: 10 backward all-gathers (Megatron's
+    re-gathers make 20), no batch broadcast, the per-step scalars, FSDP2's policy."""
+    tiny = ModelShape(name="t", layers=2, hidden=256, heads=4, ffn_hidden=688, vocab=1024)
+    opts = {"seq_len": 128, "micro_batch": 2, "micro_batches": 2, "sequence_parallel": True}
+
+    def ops(prog, op, phase):
+        return sum(s.repeat for s in prog.steps if s.op == op and s.phase == phase)
+
+    lay = ParallelLayout(4, tp=2)
+    titan = patterns.build("step", lay, tiny, {**opts, "framework": "torchtitan"})
+    mega = patterns.build("step", lay, tiny, opts)
+    assert ops(titan, "allgather", "backward") == 10 and ops(mega, "allgather", "backward") == 20
+    assert not [s for s in titan.steps if s.op == "broadcast"]
+    assert [s for s in mega.steps if s.op == "broadcast"]
+    assert {s.label for s in titan.steps} >= {"valid tokens", "finite", "grad norm"}
+    fsdp = patterns.build("step", ParallelLayout(2), tiny, {**opts, "sequence_parallel": False,
+                          "framework": "torchtitan", "zero_stage": 3})  # fmt: skip
+    norm = [s for s in fsdp.steps if s.label == "grad norm"]
+    assert [(s.axis, s.count) for s in norm] == [("dp", 21)]  # one fp32 per grad tensor
+    assert ops(fsdp, "allgather", "backward") == 6  # the [norm, output] unit stays gathered
+    with pytest.raises(UsageError, match="framework 'deepspeed': choose from megatron"):
+        patterns.build("step", lay, tiny, {"framework": "deepspeed"})
 
 
 def test_distributed_optimizer_moves_fp32_grads_and_bf16_params():
