@@ -203,3 +203,15 @@ def test_suite_step_on_8_ranks(tmp_path, backend):
         assert len(tl.spans) == pt["steps_total"]
         assert tl.total_s * 1e6 == pytest.approx(pt["time_us"], rel=1e-6)
         assert all(s.end > s.start for s in tl.spans)  # every step measured
+
+
+def test_plan_framework_flag_ranks_configs():
+    """`plan --framework torchtitan` ranks configs priced with torchtitan's traffic (DDP's
+    100 MiB buckets: a different dp time); an unknown framework is a usage error, exit 2."""
+    titan = run_single("plan", "--model", "llama-7b", "--gpus", "16", "--framework", "torchtitan",
+                       "--json")  # fmt: skip
+    mega = run_single("plan", "--model", "llama-7b", "--gpus", "16", "--json")
+    assert titan.returncode == 0 and mega.returncode == 0, titan.output
+    assert titan.stdout != mega.stdout  # the same configs, priced differently
+    bad = run_single("plan", "--model", "llama-7b", "--gpus", "16", "--framework", "deepspeed")
+    assert bad.returncode == 2 and "invalid choice: 'deepspeed'" in bad.output
