@@ -66,8 +66,7 @@ def expected_ops(layout: ParallelLayout, prog: Program, rank: int) -> Counter:
 
 def logged_ops(doc: dict) -> Counter:
     return Counter(
-        (o["phase"], o["op"], o["dtype"], o["count"], tuple(sorted(o["ranks"])))
-        for o in doc["ops"]
+        (o["phase"], o["op"], o["dtype"], o["count"], tuple(sorted(o["ranks"]))) for o in doc["ops"]
     )
 
 

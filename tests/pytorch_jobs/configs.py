@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from llama import Llama, Shape
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
@@ -21,8 +22,6 @@ from torch.distributed.tensor.parallel import (
     loss_parallel,
     parallelize_module,
 )
-
-from llama import Llama, Shape
 
 
 @dataclass
@@ -84,8 +83,8 @@ def apply_tp(model: Llama, mesh: DeviceMesh, sp: bool) -> None:
 def _replicated() -> Any:
     """A norm whose weight is a Replicate DTensor and whose input and output stay local
     tensors replicated over tp (Megatron's TP without sequence parallel)."""
-    from torch.distributed.tensor.parallel.style import ParallelStyle
     from torch.distributed.tensor import distribute_module
+    from torch.distributed.tensor.parallel.style import ParallelStyle
 
     class ReplicateNorm(ParallelStyle):
         def _apply(self, module: nn.Module, mesh: DeviceMesh) -> nn.Module:

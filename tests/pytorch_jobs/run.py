@@ -28,11 +28,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch.distributed._functional_collectives as funcol  # noqa: E402
 from configs import CONFIGS, Built  # noqa: E402
 from llama import Shape  # noqa: E402
 from oplog import OpLog  # noqa: E402
-
-import torch.distributed._functional_collectives as funcol  # noqa: E402
 
 
 def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
@@ -49,9 +48,12 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
     for x in batches:
         with log.during("forward"), b.loss_context():
             logits = b.model(x[:, :-1])
-            loss = torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1).float(), x[:, 1:].flatten(0, 1), reduction="sum"
-            ) / tokens
+            loss = (
+                torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1).float(), x[:, 1:].flatten(0, 1), reduction="sum"
+                )
+                / tokens
+            )
         with log.during("backward"), b.loss_context():
             loss.backward()
     with log.during("optimizer"):
@@ -67,7 +69,9 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
         b.optimizer.zero_grad()
 
 
-def rank_main(rank: int, world: int, init: str, configs: list[str], out: str, profile: str | None) -> None:
+def rank_main(
+    rank: int, world: int, init: str, configs: list[str], out: str, profile: str | None
+) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     shape = Shape()
@@ -81,7 +85,8 @@ def rank_main(rank: int, world: int, init: str, configs: list[str], out: str, pr
             log.records.clear()
             log.phase = None
             if profile:
-                from torch.profiler import ProfilerActivity, profile as prof
+                from torch.profiler import ProfilerActivity
+                from torch.profiler import profile as prof
 
                 with prof(activities=[ProfilerActivity.CPU]) as p:
                     train_step(built, shape, log, seed=2)

@@ -69,8 +69,13 @@ def bucket_steps(
         counts[b] = counts.get(b, 0) + 1
     return [
         Step(
-            op="allreduce", nbytes=size, axis=axis, repeat=n, phase=phase,
-            dtype=options.grad_dtype, label=f"{what} ({n} of {size} B)",
+            op="allreduce",
+            nbytes=size,
+            axis=axis,
+            repeat=n,
+            phase=phase,
+            dtype=options.grad_dtype,
+            label=f"{what} ({n} of {size} B)",
         )  # fmt: skip
         for size, n in counts.items()
     ]

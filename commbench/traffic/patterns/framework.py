@@ -156,7 +156,7 @@ def titan_grad_norm(layout: ParallelLayout, model: ModelShape, fsdp: bool) -> li
     every mesh dim that shards a gradient (tp; dp x cp under FSDP2), then one over pp."""
     dense, expert = tensors.grad_tensors(layout, model)
     n = len(dense) + len(expert)
-    axes = [Axis.TP] if layout.tp > 1 else []
+    axes: list[str] = [Axis.TP] if layout.tp > 1 else []
     if fsdp and layout.dp * layout.cp > 1:
         axes.append(dp_axis(layout))
     out = [_step("allreduce", 4 * n, a, 1, "optimizer", FP32, "grad norm") for a in axes]
