@@ -37,6 +37,9 @@ CONFIGS = {
     "fsdp-bf16": (2, {}, {"micro_batches": 2, "zero_stage": 3, "dtype": "bfloat16"}),
     "ddp": (2, {}, {"micro_batches": 1, "bucket_mb": 0.5}),
     "tp-fsdp": (4, {"tp": 2}, {"micro_batches": 2, "zero_stage": 3, "sequence_parallel": True}),
+    # GPipe issues 1F1B's sends and receives in another order: the same multiset
+    "pp-1f1b": (2, {"pp": 2}, {"micro_batches": 4}),
+    "pp-gpipe": (2, {"pp": 2}, {"micro_batches": 4}),
 }
 STAND_IN = {"float64": "int64"}  # commbench moves int64 scalars as 8-byte float64
 
@@ -60,6 +63,13 @@ def expected_ops(layout: ParallelLayout, prog: Program, rank: int) -> Counter:
     for s in prog.steps:
         group = next(g for g in resolve_axis(layout, s.axis).groups if rank in g)
         dtype = STAND_IN.get(s.dtype, s.dtype)
+        if s.schedule is not None:  # a pipeline: this stage's sends and receives
+            me = group.index(rank)
+            for a in s.schedule[me]:
+                if a.kind != "compute":
+                    pair = tuple(sorted((rank, group[me + a.peer])))
+                    out[(s.phase, a.kind, dtype, a.nbytes // (s.nbytes // s.count), pair)] += 1
+            continue
         out[(s.phase, s.op, dtype, s.count, tuple(sorted(group)))] += int(s.repeat)
     return out
 

@@ -32,6 +32,12 @@ class Built:
     dp_mesh: DeviceMesh | None = None
     loss_parallel: bool = False
     optimizer: Any = field(default=None)
+    schedule: Any = None  # a torch.distributed.pipelining schedule (pp configs)
+    first_stage: bool = True
+    last_stage: bool = True
+    pp_mesh: DeviceMesh | None = None
+    made: Any = None  # the schedule, built at the first step
+    tokens: Any = None  # this step's valid-token count, which the pipeline's loss divides by
 
     def __post_init__(self) -> None:
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3)
@@ -158,6 +164,43 @@ def ddp(shape: Shape, world: int) -> Built:
     return Built(model, micro_batches=1, dp_mesh=mesh)
 
 
+def pipeline(schedule: str) -> Callable[[Shape, int], Built]:
+    """torch.distributed.pipelining over `world` stages (torchtitan's pipeline_llm: each
+    stage a copy of the model with the other stages' modules deleted), 4 micro-batches of 2,
+    the loss on the last stage."""
+
+    def build(shape: Shape, world: int) -> Built:
+        from torch.distributed import pipelining
+
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("pp",))
+        rank = mesh.get_local_rank()
+        model = Llama(shape)
+        per = shape.layers // world
+        for i in range(shape.layers):
+            if not rank * per <= i < (rank + 1) * per:
+                del model.layers[str(i)]
+        if rank > 0:
+            model.tok_embeddings = None  # type: ignore[assignment]
+        if rank < world - 1:
+            model.norm = None  # type: ignore[assignment]
+            model.output = None  # type: ignore[assignment]
+        stage = pipelining.PipelineStage(
+            model, rank, world, torch.device("cpu"), group=mesh.get_group()
+        )
+        cls = {"1F1B": pipelining.Schedule1F1B, "GPipe": pipelining.ScheduleGPipe}[schedule]
+        built = Built(
+            model,
+            micro_batches=4,
+            pp_mesh=mesh,
+            first_stage=rank == 0,
+            last_stage=rank == world - 1,
+        )
+        built.schedule = lambda loss_fn: cls(stage, n_microbatches=4, loss_fn=loss_fn)
+        return built
+
+    return build
+
+
 CONFIGS: dict[str, Callable[[Shape, int], Built]] = {
     "tp": tp(sp=False),
     "tp-sp": tp(sp=True),
@@ -165,4 +208,6 @@ CONFIGS: dict[str, Callable[[Shape, int], Built]] = {
     "fsdp-bf16": fsdp(bf16=True),
     "ddp": ddp,
     "tp-fsdp": tp_fsdp,
+    "pp-1f1b": pipeline("1F1B"),
+    "pp-gpipe": pipeline("GPipe"),
 }

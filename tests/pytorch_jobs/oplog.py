@@ -125,9 +125,14 @@ def _c10d_a2a(*a: Any, **k: Any) -> tuple:
 
 
 def _c10d_p2p(*a: Any, **k: Any) -> tuple:
+    """isend / irecv / send / recv(tensor, dst|src, group, tag, group_dst|group_src): the
+    buffer, and the two global ranks of the pair."""
     t, peer = _arg(a, k, 0, "tensor"), _arg(a, k, 1, "dst", k.get("src"))
     group = _arg(a, k, 2, "group")
-    return t, t.numel(), sorted({dist.get_rank(), peer if group is None else peer})
+    if peer is None:
+        local = k.get("group_dst", k.get("group_src", k.get("group_peer")))
+        peer = dist.get_global_rank(group or dist.group.WORLD, local)
+    return t, t.numel(), sorted({dist.get_rank(), peer})
 
 
 def _fc(kind: str, i_group: int) -> Callable:

@@ -45,7 +45,9 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
         tokens = torch.tensor(sum(x[:, 1:].numel() for x in batches), dtype=torch.int64)
         if b.dp_mesh is not None:
             tokens = funcol.wait_tensor(funcol.all_reduce(tokens, "sum", b.dp_mesh))
-    for x in batches:
+    if b.schedule is not None:
+        pipeline_step(b, batches, tokens, log)
+    for x in batches if b.schedule is None else []:
         with log.during("forward"), b.loss_context():
             logits = b.model(x[:, :-1])
             loss = (
@@ -61,12 +63,44 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
         norm = torch.nn.utils.get_total_norm(grads)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
+        if b.pp_mesh is not None:  # torchtitan's clip_grad_norm_: the stages' norms summed
+            norm = norm**2
+            dist.all_reduce(norm, op=dist.ReduceOp.SUM, group=b.pp_mesh.get_group())
+            norm = norm**0.5
         torch.nn.utils.clip_grads_with_norm_(list(b.model.parameters()), 1.0, norm)
         if b.dp_mesh is not None:
             finite = torch.ones((), dtype=torch.int32)
             dist.all_reduce(finite, op=dist.ReduceOp.MIN, group=b.dp_mesh.get_group())
+        if b.pp_mesh is not None:
+            finite = torch.ones((), dtype=torch.int32)
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN, group=b.pp_mesh.get_group())
         b.optimizer.step()
         b.optimizer.zero_grad()
+
+
+def pipeline_step(b: Built, batches: list[torch.Tensor], tokens: torch.Tensor, log: OpLog) -> None:
+    """The micro-batches through the pipeline schedule as one batch (torchtitan's
+    forward_backward_step with pp): the first stage feeds the tokens, the last the labels."""
+
+    b.tokens = tokens
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        ce = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum"
+        )
+        return ce / b.tokens
+
+    if b.made is None:  # built once, as torchtitan does: shape inference in the warm-up
+        b.made = b.schedule(loss_fn)
+    schedule = b.made
+    whole = torch.cat(batches)
+    with log.during("forward+backward"):
+        if b.first_stage:
+            schedule.step(whole[:, :-1])
+        elif b.last_stage:
+            schedule.step(target=whole[:, 1:], losses=[])
+        else:
+            schedule.step()
 
 
 def rank_main(
@@ -118,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="directory for <config>/rank<r>.json op logs")
     ap.add_argument("--profile", help="also write torch.profiler Chrome traces here")
     args = ap.parse_args(argv)
+    if any(c.startswith("pp-") for c in args.configs):
+        import torch.distributed.pipelining  # noqa: F401 - imports dynamo (~5 s): once, before the fork
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{os.path.join(tmp, 'store')}"
         mp.start_processes(
