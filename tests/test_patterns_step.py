@@ -74,7 +74,7 @@ def test_layernorm_grads_only_with_sp():
 
 def test_batch_broadcast_loss_and_grad_norm():
     prog = step(tp=2, micro_batches=2)
-    tokens = by_label(prog, "batch tokens/labels/pos")
+    tokens = by_label(prog, "batch ints")  # tokens, labels, position ids
     mask = by_label(prog, "batch loss mask")
     assert (tokens.op, tokens.nbytes, tokens.repeat) == ("broadcast", 8 * B * S_LEN, 6)
     assert (mask.nbytes, mask.repeat) == (4 * B * S_LEN, 2)
@@ -215,3 +215,28 @@ def test_plan_framework_flag_ranks_configs():
     assert titan.stdout != mega.stdout  # the same configs, priced differently
     bad = run_single("plan", "--model", "llama-7b", "--gpus", "16", "--framework", "deepspeed")
     assert bad.returncode == 2 and "invalid choice: 'deepspeed'" in bad.output
+
+
+def test_megatron_tied_embedding_expert_bias_and_batch_per_stage():
+    """Issue 31's defects 5 and 8 and the batch broadcast as get_batch_on_this_tp_rank does
+    it per pipeline stage: gpt3-175b at tp 2 pp 2 all-reduces ~1.15 GiB of tied embedding
+    grads between its two stages; deepseek-v3's expert-bias counts are 58 KiB a step."""
+    gpt3 = get_model("gpt3-175b")
+    prog = patterns.build("step", ParallelLayout(8, tp=2, pp=2), gpt3, {"seq_len": 1024})
+    tied = by_label(prog, "tied embedding grad")
+    assert (tied.op, tied.axis, tied.dtype, tied.repeat) == ("allreduce", "pp", "float32", 1)
+    assert tied.nbytes == 4 * gpt3.vocab * gpt3.hidden // 2
+    # the busiest (last) stage receives labels and the loss mask, not tokens or positions
+    ints, mask = by_label(prog, "batch ints"), by_label(prog, "batch loss mask")
+    assert (ints.repeat, mask.repeat) == (4, 4)  # one int64 tensor x 4 micro-batches
+    flat = patterns.build("step", ParallelLayout(4, tp=2), gpt3, {"seq_len": 1024})
+    assert by_label(flat, "batch ints").repeat == 12 and "tied embedding grad" not in str(flat)
+    ds = get_model("deepseek-v3")
+    lay, opts = ParallelLayout(64, tp=2, ep=8), {"seq_len": 1024, "micro_batches": 1}
+    assert "expert-bias" not in str(patterns.build("step", lay, ds, opts))  # Megatron: off
+    bias = by_label(
+        patterns.build("step", lay, ds, {**opts, "expert_bias": True}), "expert-bias token counts"
+    )
+    assert (bias.axis, bias.nbytes) == ("tp-cp-dp", 4 * 58 * 256)  # 58 MoE layers x 256
+    titan = patterns.build("step", lay, ds, {**opts, "framework": "torchtitan"})
+    assert [s.axis for s in titan.steps if s.label.startswith("expert-bias")] == ["tp", "dp"]

@@ -56,15 +56,55 @@ def _step(op: str, nbytes: int, axis: str, repeat: float, phase: str, dt: str, l
     return Step(op=op, nbytes=nbytes, axis=axis, repeat=repeat, phase=phase, dtype=dt, label=label)
 
 
-def batch_broadcast(layout: ParallelLayout, micro_batch: int, seq: int, m: int) -> list[Step]:
-    """TP rank 0 broadcasts each micro-batch: 3 int64 tensors of b s (tokens, labels, position
-    ids) and the fp32 loss mask of b s."""
+def batch_broadcast(
+    layout: ParallelLayout, micro_batch: int, seq: int, m: int, stage: int = 0
+) -> list[Step]:
+    """TP rank 0 broadcasts each micro-batch's tensors of b s that its pipeline stage uses
+    (megatron/core/utils.py get_batch_on_this_tp_rank): with pp = 1 tokens, labels, position
+    ids (int64) and the fp32 loss mask; the first stage tokens and position ids; the last
+    labels and the loss mask; a middle stage nothing. Assumed: no attention mask from the
+    data loader (create_attention_mask_in_dataloader off, as with causal flash attention)."""
     if layout.tp == 1:
         return []
     bs = micro_batch * seq
+    first, last = stage == 0, stage == layout.pp - 1
+    ints = 3 if first and last else 2 if first else 1 if last else 0
+    out = []
+    if ints:
+        out.append(_step("broadcast", 8 * bs, Axis.TP, ints * m, "forward", INT64, "batch ints"))
+    if last:
+        out.append(_step("broadcast", 4 * bs, Axis.TP, m, "forward", FP32, "batch loss mask"))
+    return out
+
+
+def tied_embedding(layout: ParallelLayout, model: ModelShape) -> list[Step]:
+    """Tied embeddings with pp > 1: the first and last stages all-reduce the word-embedding
+    gradient, V h / t fp32 main grads, once per step (finalize_model_grads.py
+    _allreduce_word_embedding_grads). Their group is the pp group when pp = 2; deeper
+    pipelines' {first, last} pair is no layout axis and is left out (docs/frameworks.md)."""
+    if not model.tied_embeddings or layout.pp != 2:
+        return []
+    n = 4 * round(model.embedding_params() / layout.tp)
+    return [_step("allreduce", n, Axis.PP, 1, "backward", FP32, "tied embedding grad")]
+
+
+def expert_bias(layout: ParallelLayout, model: ModelShape, framework: str) -> list[Step]:
+    """The aux-loss-free load balancing's tokens-per-expert counts, fp32 [MoE layers of the
+    stage, E], all-reduced once per step: Megatron over tp x cp x dp (finalize_model_grads.py
+    _update_router_expert_bias), torchtitan over tp (with ep) then dp x cp
+    (components/optimizer/optimizer.py _update_expert_bias)."""
+    stage = model.busiest_stage(layout.pp, layout.tp, layout.ep)
+    layers = sum(model.is_moe_layer(i) for i in model.stage_layers(layout.pp, stage))
+    n = 4 * layers * model.experts
+    if not n:
+        return []
+    if framework == "torchtitan":
+        axes = [Axis.TP] if layout.ep > 1 and layout.tp > 1 else []
+        axes += [dp_axis(layout)] if layout.dp * layout.cp > 1 else []
+    else:
+        axes = ["tp-cp-dp"] if layout.tp * layout.cp * layout.dp > 1 else []
     return [
-        _step("broadcast", 8 * bs, Axis.TP, 3 * m, "forward", INT64, "batch tokens/labels/pos"),
-        _step("broadcast", 4 * bs, Axis.TP, m, "forward", FP32, "batch loss mask"),
+        _step("allreduce", n, a, 1, "optimizer", FP32, "expert-bias token counts") for a in axes
     ]
 
 
@@ -228,6 +268,7 @@ class Options(ep.Options):
     distributed_optimizer: bool = False
     expert_tensor_parallel: bool = False
     framework: str = "megatron"
+    expert_bias: bool | None = None  # None: the framework's (torchtitan on, Megatron off)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -260,15 +301,23 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
     emb = embedding(layout, S, m, sp, dt)
     zero = getattr(options, "zero_stage", 0)
     out.update(
-        input=batch_broadcast(layout, options.micro_batch, seq, m)
+        input=batch_broadcast(
+            layout,
+            options.micro_batch,
+            seq,
+            m,
+            model.busiest_stage(layout.pp, layout.tp, layout.ep),
+        )
         + [s for s in emb if s.phase == "forward"],
         head=head_fwd + cross_entropy(layout, tokens, m),
         loss=loss(layout, m),
         head_backward=head_bwd,
         input_backward=[s for s in emb if s.phase == "backward"],
-        grads=layernorm_grads(layout, model, sp),
+        grads=layernorm_grads(layout, model, sp) + tied_embedding(layout, model),
         optimizer=grad_norm(layout, options.distributed_optimizer or zero > 0),
     )
+    on = options.framework == "torchtitan" if options.expert_bias is None else options.expert_bias
+    bias = expert_bias(layout, model, options.framework) if on else []
     if options.framework == "torchtitan":
         before, after = titan_scalars(layout)
         fsdp = zero == 3
@@ -279,6 +328,7 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
             grads=titan_norm_grads(layout, model, m, fsdp) if sp else [],
             optimizer=titan_grad_norm(layout, model, fsdp) + after,
         )
+    out["optimizer"] = out["optimizer"] + bias
     return out
 
 
