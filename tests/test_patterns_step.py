@@ -170,7 +170,7 @@ def test_degrees_that_do_not_fit_the_model(degrees, what):
 def test_suite_step_dry_run_prints_the_whole_program():
     job = run_single("suite", "step", "--quick", "--dry-run", "--world", "8")
     assert job.returncode == 0, job.output
-    for label in ("batch tokens/labels/pos", "cross entropy", "MoE token counts", "grad norm"):
+    for label in ("batch ints", "cross entropy", "MoE token counts", "grad norm"):
         assert label in job.stdout
     assert "1F1B p=2 m=4" in job.stdout and "dense params" in job.stdout  # pp, distopt
 

@@ -98,6 +98,7 @@ def expert_bias(layout: ParallelLayout, model: ModelShape, framework: str) -> li
     n = 4 * layers * model.experts
     if not n:
         return []
+    axes: list[str]
     if framework == "torchtitan":
         axes = [Axis.TP] if layout.ep > 1 and layout.tp > 1 else []
         axes += [dp_axis(layout)] if layout.dp * layout.cp > 1 else []
