@@ -240,3 +240,35 @@ def test_megatron_tied_embedding_expert_bias_and_batch_per_stage():
     assert (bias.axis, bias.nbytes) == ("tp-cp-dp", 4 * 58 * 256)  # 58 MoE layers x 256
     titan = patterns.build("step", lay, ds, {**opts, "framework": "torchtitan"})
     assert [s.axis for s in titan.steps if s.label.startswith("expert-bias")] == ["tp", "dp"]
+
+
+def test_megatron_ddp_buckets_one_per_buffer_or_4e7_with_overlap():
+    """Megatron-Core's DDP (param_and_grad_buffer.py): one bucket per grad buffer, or with
+    overlap_grad_reduce whole tensors up to max(4e7, 1e6 dp cp) elements; llama-7b at tp 2
+    dp 2: 1 or 65 all-reduces (the issue counted 1 or 66 from Megatron's own buffers; torch
+    DDP's rule at 25 MiB gave 516)."""
+    lay, opts = ParallelLayout(4, tp=2), {"seq_len": 1024}
+
+    def buckets(**extra):
+        prog = patterns.build("step", lay, LLAMA, {**opts, **extra})
+        return [s for s in prog.steps if s.label.startswith("grad bucket")]
+
+    one = buckets()
+    assert [(s.repeat, s.axis) for s in one] == [(1, "dp")]
+    assert one[0].nbytes == 4 * LLAMA.rank_params(tp=2)
+    over = buckets(overlap_grad_reduce=True)
+    assert sum(s.repeat for s in over) == 65
+    assert sum(s.repeat for s in over if s.count < 40_000_000) <= 1  # only the remainder
+    assert sum(s.total_bytes for s in over) == one[0].nbytes
+    titan = buckets(framework="torchtitan")
+    assert sum(s.repeat for s in titan) == 82  # torch's rule, torchtitan's 100 MiB
+    for bad, msg in (
+        ({"framework": "torchtitan", "overlap_grad_reduce": True}, "framework torchtitan has none"),
+        ({"framework": "fsdp"}, "framework 'fsdp': choose from megatron, torchtitan"),
+    ):
+        with pytest.raises(UsageError, match=msg):
+            patterns.build("step", lay, LLAMA, {**opts, **bad})
+    job = run_single("suite", "step", "--quick", "--dry-run", "--world", "4",
+                     "--set", "framework=torchtitan", "--set", "overlap_grad_reduce=true")  # fmt: skip
+    assert job.returncode == 2 and "overlap_grad_reduce" in job.stderr, job.output
+    assert job.stderr.count("\n") <= 2  # one message, no traceback

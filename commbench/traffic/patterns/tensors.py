@@ -10,9 +10,18 @@ itself. Gradients become ready in the reverse of the forward's use: the output h
 norm, then per layer from the last: w2, w3, w1, ffn_norm, wo, wv, wk, wq, attention_norm, and
 the embedding last. Checked against a real DDP on gloo (tests/pytorch_jobs: 12 buckets of the
 2-layer tiny Llama at 0.5 MiB, where splitting the bytes gave 16).
+
+Megatron-Core's DDP (megatron/core/distributed/param_and_grad_buffer.py
+`_compute_default_per_buffer_param_layout`) keeps one buffer per dtype (dense and expert
+parameters apart) and walks its parameters in reverse registration order, closing a bucket
+at `bucket_size` elements: none (one bucket per buffer) unless overlap_grad_reduce, then
+max(4e7, 1e6 x dp x cp) (megatron/training/training.py). Its layer registers fused tensors:
+linear_qkv and linear_fc1 (gate and up) are one each.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import ModelShape
@@ -61,6 +70,43 @@ def grad_tensors(layout: ParallelLayout, model: ModelShape) -> tuple[list[int], 
         if not model.tied_embeddings or pp > 1:  # a tied head's last stage keeps a copy
             dense.append(model.embedding_params() / tp)
     return [round(x) for x in dense], [round(x) for x in expert]
+
+
+def megatron_tensors(layout: ParallelLayout, model: ModelShape) -> tuple[list[int], list[int]]:
+    """grad_tensors with Megatron's fused tensors: per layer input norm, linear_proj,
+    linear_qkv, pre-MLP norm, linear_fc1 (w1 and w3 as one), linear_fc2."""
+    dense, expert = grad_tensors(layout, model)
+    if model.is_mla:
+        return dense, expert
+    out: list[int] = []
+    it = iter(dense)
+    stage = model.busiest_stage(layout.pp, layout.tp, layout.ep)
+    if stage == 0:
+        out.append(next(it))
+    for i in model.stage_layers(layout.pp, stage):
+        d, _ = layer_tensors(model, i, layout.tp, layout.ep)
+        mine = list(itertools.islice(it, len(d)))
+        n_attn = 3 + (2 if model.qk_norm else 0)
+        norm1, qkv, proj, norm2, mlp = (
+            mine[0],
+            mine[1 : 1 + n_attn],
+            mine[1 + n_attn],
+            mine[2 + n_attn],
+            mine[3 + n_attn :],
+        )
+        fused_mlp = (
+            [sum(mlp[:-1]), mlp[-1]] if model.gated_mlp and not model.is_moe_layer(i) else mlp
+        )
+        out += [norm1, proj, sum(qkv), norm2, *fused_mlp]
+    out += list(it)
+    return out, expert
+
+
+def megatron_buckets(tensor_elems: list[int], bucket_size: int | None) -> list[int]:
+    """Elements of each bucket of one Megatron grad buffer (reverse registration order)."""
+    if bucket_size is None:
+        return [sum(tensor_elems)] if tensor_elems else []
+    return ddp_buckets(tensor_elems, bucket_size, bucket_size)
 
 
 def ddp_caps(bucket_mb: float, first_bucket_mb: float | None) -> tuple[int, int]:
