@@ -37,6 +37,8 @@ class Built:
     last_stage: bool = True
     pp_mesh: DeviceMesh | None = None
     made: Any = None  # the schedule, built at the first step
+    loss_mesh: DeviceMesh | None = None  # dp x cp: the loss-finite flag's (None: dp_mesh)
+    cp: tuple[int, int] = (0, 1)  # (this rank's chunk, chunks): the sequence split over cp
     tokens: Any = None  # this step's valid-token count, which the pipeline's loss divides by
 
     def __post_init__(self) -> None:
@@ -201,6 +203,18 @@ def pipeline(schedule: str) -> Callable[[Shape, int], Built]:
     return build
 
 
+def cp_ring(shape: Shape, world: int) -> Built:
+    """Context parallel over `world` ranks as a TE/Megatron p2p ring (tests/pytorch_jobs/
+    ring.py), the parameters FSDP2-sharded over the cp ranks as torchtitan shards them over
+    dp_shard x cp; each rank holds a contiguous 1/world of every sequence."""
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("cp",))
+    model = Llama(shape)
+    for block in model.layers.values():
+        block.attention.cp_group = mesh.get_group()
+    apply_fsdp(model, mesh, bf16=False)
+    return Built(model, micro_batches=2, loss_mesh=mesh, cp=(mesh.get_local_rank(), world))
+
+
 CONFIGS: dict[str, Callable[[Shape, int], Built]] = {
     "tp": tp(sp=False),
     "tp-sp": tp(sp=True),
@@ -210,4 +224,5 @@ CONFIGS: dict[str, Callable[[Shape, int], Built]] = {
     "tp-fsdp": tp_fsdp,
     "pp-1f1b": pipeline("1F1B"),
     "pp-gpipe": pipeline("GPipe"),
+    "cp-ring": cp_ring,
 }

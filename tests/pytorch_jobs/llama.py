@@ -39,13 +39,19 @@ class Attention(nn.Module):
         self.wk = nn.Linear(s.hidden, s.hidden, bias=False)
         self.wv = nn.Linear(s.hidden, s.hidden, bias=False)
         self.wo = nn.Linear(s.hidden, s.hidden, bias=False)
+        self.cp_group = None  # set: ring attention over this context-parallel group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = (
             w(x).view(b, t, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
         )
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.cp_group is not None:
+            from ring import ring_attention
+
+            out = ring_attention(q, k, v, self.cp_group)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
 

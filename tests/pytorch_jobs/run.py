@@ -41,6 +41,10 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
         torch.randint(0, shape.vocab, (b.micro_batch, shape.seq_len + 1), generator=gen)
         for _ in range(b.micro_batches)
     ]
+    if b.cp[1] > 1:  # this rank's chunk of every sequence (inputs and their labels)
+        n = shape.seq_len // b.cp[1]
+        lo = b.cp[0] * n
+        batches = [x[:, lo : lo + n + 1] for x in batches]
     with log.during("forward"):
         tokens = torch.tensor(sum(x[:, 1:].numel() for x in batches), dtype=torch.int64)
         if b.dp_mesh is not None:
@@ -68,9 +72,10 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
             dist.all_reduce(norm, op=dist.ReduceOp.SUM, group=b.pp_mesh.get_group())
             norm = norm**0.5
         torch.nn.utils.clip_grads_with_norm_(list(b.model.parameters()), 1.0, norm)
-        if b.dp_mesh is not None:
+        loss_mesh = b.loss_mesh or b.dp_mesh
+        if loss_mesh is not None:
             finite = torch.ones((), dtype=torch.int32)
-            dist.all_reduce(finite, op=dist.ReduceOp.MIN, group=b.dp_mesh.get_group())
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN, group=loss_mesh.get_group())
         if b.pp_mesh is not None:
             finite = torch.ones((), dtype=torch.int32)
             dist.all_reduce(finite, op=dist.ReduceOp.MIN, group=b.pp_mesh.get_group())
