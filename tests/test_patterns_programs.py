@@ -110,6 +110,42 @@ def test_ddp_buckets_whole_tensors_in_ready_order():
     assert sum(s.repeat for s in titan.steps) < 226
 
 
+def test_cp_comm_types():
+    """Megatron's cp_comm_type forms and torch's context parallel rotations: torch sends
+    dK,dV c times in fp32, so at cp 2 its all-to-all backward moves 1.5x the p2p ring's bytes
+    in fp32 and 2.5x in bf16 (issue 31); torchtitan's default is the all-gather rotation."""
+    lay, model = ParallelLayout(2, cp=2), get_model("llama3-8b")
+
+    def moved(form, dt, **extra):
+        opts = {"seq_len": 4096, "micro_batches": 1, "dtype": dt, **extra}
+        prog = cp.build(lay, model, cp.Options(cp_comm_type=form, **opts))
+        return {ph: sum(s.total_bytes for s in prog.steps if s.phase == ph) for ph in PHASES}
+
+    ring32, ring16 = moved("p2p", "float32"), moved("p2p", "bfloat16")
+    assert moved("torch_alltoall", "float32")["backward"] == 1.5 * ring32["backward"]
+    assert moved("torch_alltoall", "bfloat16")["backward"] == 2.5 * ring16["backward"]
+    assert moved("torch_alltoall", "bfloat16")["forward"] == ring16["forward"]
+    gather = cp.build(lay, model, cp.Options(cp_comm_type="torch_allgather", seq_len=4096))
+    assert [(s.op, s.phase, s.repeat) for s in gather.steps][:2] == [
+        ("allgather", "forward", 32),
+        ("allgather", "backward", 32),
+    ]  # one all-gather of K and V per layer each way
+    titan = cp.build(lay, model, cp.Options(framework="torchtitan", seq_len=4096))
+    assert titan.steps == gather.steps
+    a2a = cp.build(lay, model, cp.Options(cp_comm_type="a2a", seq_len=4096, micro_batches=1))
+    assert sum(s.repeat for s in a2a.steps) == 8 * 32  # Q, K, V, O and their grads per layer
+    assert {s.op for s in moved_steps(lay, model, "all_gather")} == {"allgather", "reduce_scatter"}
+    with pytest.raises(UsageError, match="cp_comm_type 'ring': choose from p2p"):
+        cp.Options(cp_comm_type="ring")
+
+
+PHASES = ("forward", "backward")
+
+
+def moved_steps(lay, model, form):
+    return cp.build(lay, model, cp.Options(cp_comm_type=form, seq_len=4096)).steps
+
+
 def test_buckets():
     assert buckets(100, 10, 30) == [(10, 1, "first"), (30, 3, "full")]
     assert buckets(105, 10, 30) == [(10, 1, "first"), (30, 3, "full"), (5, 1, "last")]

@@ -41,7 +41,7 @@ CONFIGS = {
     "pp-1f1b": (2, {"pp": 2}, {"micro_batches": 4}),
     "pp-gpipe": (2, {"pp": 2}, {"micro_batches": 4}),
     # a TE/Megatron-style p2p ring (tests/pytorch_jobs/ring.py), FSDP2 over the cp ranks
-    "cp-ring": (2, {"cp": 2}, {"micro_batches": 2, "zero_stage": 3}),
+    "cp-ring": (2, {"cp": 2}, {"micro_batches": 2, "zero_stage": 3, "cp_comm_type": "p2p"}),
 }
 STAND_IN = {"float64": "int64"}  # commbench moves int64 scalars as 8-byte float64
 

@@ -37,6 +37,7 @@ class Options(framework.Options):
     grad_dtype: str = "float32"
     bucket_mb: float | None = None
     overlap_grad_reduce: bool = False
+    cp_comm_type: str | None = None
     compute_ms: float = 0.0
     backward_factor: float = 2.0
 
