@@ -42,7 +42,11 @@ CONFIGS = {
     "pp-gpipe": (2, {"pp": 2}, {"micro_batches": 4}),
     # a TE/Megatron-style p2p ring (tests/pytorch_jobs/ring.py), FSDP2 over the cp ranks
     "cp-ring": (2, {"cp": 2}, {"micro_batches": 2, "zero_stage": 3, "cp_comm_type": "p2p"}),
+    # torchtitan's EP (4 experts, top 2) over the 2 dp ranks, a balanced router: the
+    # expected routing, exactly
+    "ep": (2, {"ep": 2}, {"micro_batches": 2, "zero_stage": 3, "routing": "expected"}),
 }
+MOE = ",experts=4,top_k=2"
 STAND_IN = {"float64": "int64"}  # commbench moves int64 scalars as 8-byte float64
 
 
@@ -56,7 +60,8 @@ def program(config: str) -> tuple[ParallelLayout, Program]:
         "framework": "torchtitan", "micro_batch": 2, "dtype": "float32",
         "grad_dtype": "float32", **options,
     }  # fmt: skip
-    return layout, patterns.build("step", layout, parse_model_arg(MODEL), opts)
+    model = MODEL + (MOE if config == "ep" else "")
+    return layout, patterns.build("step", layout, parse_model_arg(model), opts)
 
 
 def expected_ops(layout: ParallelLayout, prog: Program, rank: int) -> Counter:
@@ -65,6 +70,11 @@ def expected_ops(layout: ParallelLayout, prog: Program, rank: int) -> Counter:
     for s in prog.steps:
         group = next(g for g in resolve_axis(layout, s.axis).groups if rank in g)
         dtype = STAND_IN.get(s.dtype, s.dtype)
+        if s.split is not None:  # all-to-all-v: this rank's send buffer
+            me = group.index(rank)
+            count = sum(s.split[me]) // (s.nbytes // s.count)
+            out[(s.phase, "alltoall", dtype, count, tuple(sorted(group)))] += int(s.repeat)
+            continue
         if s.op == "sendrecv":  # a ring hop: send to +peer, receive from -peer
             me, c = group.index(rank), len(group)
             for kind, other in (("send", me + s.peer), ("recv", me - s.peer)):

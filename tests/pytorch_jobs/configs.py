@@ -39,6 +39,8 @@ class Built:
     made: Any = None  # the schedule, built at the first step
     loss_mesh: DeviceMesh | None = None  # dp x cp: the loss-finite flag's (None: dp_mesh)
     cp: tuple[int, int] = (0, 1)  # (this rank's chunk, chunks): the sequence split over cp
+    ep_group: Any = None  # expert parallel: the grad norm's and expert-bias update's group
+    moe: list = field(default_factory=list)  # the MoE modules (their token counts)
     tokens: Any = None  # this step's valid-token count, which the pipeline's loss divides by
 
     def __post_init__(self) -> None:
@@ -215,6 +217,29 @@ def cp_ring(shape: Shape, world: int) -> Built:
     return Built(model, micro_batches=2, loss_mesh=mesh, cp=(mesh.get_local_rank(), world))
 
 
+def expert_parallel(shape: Shape, world: int) -> Built:
+    """torchtitan's EP over `world` ranks borrowed from dp_shard (parallelize.py apply_moe_ep
+    and apply_fsdp_to_decoder): each rank keeps E/ep experts; the dense parameters are
+    FSDP2-sharded over the same ranks, the experts left out of FSDP (edp = 1)."""
+    import dataclasses
+
+    from torch.distributed.fsdp import fully_shard
+
+    moe_shape = dataclasses.replace(shape, experts=4, top_k=2)
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+    model = Llama(moe_shape)
+    moes = [block.feed_forward for block in model.layers.values()]
+    for m in moes:
+        m.shard_experts(mesh.get_group())
+    experts = {p for m in moes for p in (m.w1, m.w2, m.w3)}
+    fully_shard(model.tok_embeddings, mesh=mesh)
+    fully_shard([model.norm, model.output], mesh=mesh, reshard_after_forward=False)
+    for block in model.layers.values():
+        fully_shard(block, mesh=mesh, ignored_params=experts)
+    fully_shard(model, mesh=mesh, ignored_params=experts)
+    return Built(model, micro_batches=2, dp_mesh=mesh, ep_group=mesh.get_group(), moe=moes)
+
+
 CONFIGS: dict[str, Callable[[Shape, int], Built]] = {
     "tp": tp(sp=False),
     "tp-sp": tp(sp=True),
@@ -225,4 +250,5 @@ CONFIGS: dict[str, Callable[[Shape, int], Built]] = {
     "pp-1f1b": pipeline("1F1B"),
     "pp-gpipe": pipeline("GPipe"),
     "cp-ring": cp_ring,
+    "ep": expert_parallel,
 }

@@ -22,12 +22,15 @@ class Shape:
     ffn_hidden: int = 688
     vocab: int = 1024
     seq_len: int = 128
+    experts: int = 0  # > 0: every layer's feed-forward is an MoE (tests/pytorch_jobs/moe.py)
+    top_k: int = 0
 
     def commbench_model(self) -> str:
         """The `--model` argument of the same shape."""
         return (
             f"tiny-llama:layers={self.layers},hidden={self.hidden},heads={self.heads},"
             f"ffn_hidden={self.ffn_hidden},vocab={self.vocab},seq_len={self.seq_len}"
+            + (f",experts={self.experts},top_k={self.top_k}" if self.experts else "")
         )
 
 
@@ -70,7 +73,12 @@ class Block(nn.Module):
     def __init__(self, s: Shape) -> None:
         super().__init__()
         self.attention = Attention(s)
-        self.feed_forward = FeedForward(s)
+        if s.experts:
+            from moe import MoE
+
+            self.feed_forward: nn.Module = MoE(s.hidden, s.ffn_hidden, s.experts, s.top_k)
+        else:
+            self.feed_forward = FeedForward(s)
         self.attention_norm = nn.RMSNorm(s.hidden)
         self.ffn_norm = nn.RMSNorm(s.hidden)
 

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.distributed.distributed_c10d as c10d
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _state = threading.local()
 
@@ -79,6 +80,26 @@ class OpLog:
                 _state.depth = depth
 
         return wrapper
+
+
+class FunctionalBackwardMode(TorchDispatchMode):
+    """Logs the functional all-to-all that funcol's registered autograd runs in backward
+    (torch.library.register_autograd's function calls the op itself, past any wrapper):
+    only calls made outside a wrapped function, so a forward call is not logged twice."""
+
+    def __init__(self, log: OpLog) -> None:
+        super().__init__()
+        self.log = log
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.ops._c10d_functional.all_to_all_single.default and not getattr(
+            _state, "depth", 0
+        ):
+            t = args[0]
+            ranks = _ranks(c10d._resolve_process_group(args[3]))
+            self.log.add("alltoall", t, t.numel(), ranks)
+        return func(*args, **kwargs)
 
 
 def _ranks(group: Any) -> list[int]:

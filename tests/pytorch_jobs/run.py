@@ -17,6 +17,7 @@ full_tensor over every sharded mesh dim) and the loss-finite flag's MIN over dp.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch.distributed._functional_collectives as funcol  # noqa: E402
 from configs import CONFIGS, Built  # noqa: E402
 from llama import Shape  # noqa: E402
-from oplog import OpLog  # noqa: E402
+from oplog import FunctionalBackwardMode, OpLog  # noqa: E402
 
 
 def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
@@ -64,14 +65,22 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
             loss.backward()
     with log.during("optimizer"):
         grads = [p.grad for p in b.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads)
+        if b.ep_group is not None:
+            norm = ep_grad_norm(grads, b.ep_group)
+        else:
+            norm = torch.nn.utils.get_total_norm(grads)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         if b.pp_mesh is not None:  # torchtitan's clip_grad_norm_: the stages' norms summed
             norm = norm**2
             dist.all_reduce(norm, op=dist.ReduceOp.SUM, group=b.pp_mesh.get_group())
             norm = norm**0.5
-        torch.nn.utils.clip_grads_with_norm_(list(b.model.parameters()), 1.0, norm)
+        params = list(b.model.parameters())
+        kinds = {type(p.grad) for p in params if p.grad is not None}
+        for kind in kinds:  # DTensor grads and plain (expert) grads clipped apart
+            torch.nn.utils.clip_grads_with_norm_(
+                [p for p in params if type(p.grad) is kind], 1.0, norm
+            )
         loss_mesh = b.loss_mesh or b.dp_mesh
         if loss_mesh is not None:
             finite = torch.ones((), dtype=torch.int32)
@@ -79,8 +88,26 @@ def train_step(b: Built, shape: Shape, log: OpLog, seed: int) -> None:
         if b.pp_mesh is not None:
             finite = torch.ones((), dtype=torch.int32)
             dist.all_reduce(finite, op=dist.ReduceOp.MIN, group=b.pp_mesh.get_group())
+        if b.moe:  # the expert-bias update's token counts (torchtitan's _update_expert_bias)
+            counts = torch.stack([m.tokens_per_expert for m in b.moe])
+            dist.all_reduce(counts, group=(b.loss_mesh or b.dp_mesh).get_group())
+            for m in b.moe:
+                m.tokens_per_expert.zero_()
         b.optimizer.step()
         b.optimizer.zero_grad()
+
+
+def ep_grad_norm(grads: list[torch.Tensor], ep_group: dist.ProcessGroup) -> torch.Tensor:
+    """torchtitan's _clip_grad_norm_with_ep: the dense grads' norm (DTensors, reduced over
+    their mesh) and the experts' (one norm per grouped tensor, summed over ep) combined."""
+    from torch.distributed.tensor import DTensor
+
+    dense = [g for g in grads if isinstance(g, DTensor)]
+    expert = [g for g in grads if not isinstance(g, DTensor)]
+    dense_norm = torch.nn.utils.get_total_norm(dense).full_tensor()
+    squares = torch.stack([torch.linalg.vector_norm(g) ** 2 for g in expert])
+    dist.all_reduce(squares, group=ep_group)
+    return (dense_norm**2 + squares.sum()) ** 0.5
 
 
 def pipeline_step(b: Built, batches: list[torch.Tensor], tokens: torch.Tensor, log: OpLog) -> None:
@@ -119,11 +146,15 @@ def rank_main(
         built = CONFIGS[name](shape, world)
         log = OpLog()
         log.install()
+        mode = FunctionalBackwardMode(log) if built.moe else contextlib.nullcontext()
         try:
             train_step(built, shape, log, seed=1)  # warm-up, unlogged
             log.records.clear()
             log.phase = None
-            if profile:
+            if built.moe:
+                with mode:
+                    train_step(built, shape, log, seed=2)
+            elif profile:
                 from torch.profiler import ProfilerActivity
                 from torch.profiler import profile as prof
 

@@ -194,13 +194,25 @@ def titan_scalars(layout: ParallelLayout) -> tuple[list[Step], list[Step]]:
 
 def titan_grad_norm(layout: ParallelLayout, model: ModelShape, fsdp: bool) -> list[Step]:
     """clip_grad_norm_ on DTensor grads: the per-tensor norms (one fp32 each) all-reduced on
-    every mesh dim that shards a gradient (tp; dp x cp under FSDP2), then one over pp."""
+    every mesh dim that shards a gradient (tp; dp x cp under FSDP2), then one over pp. With
+    ep > 1 (_clip_grad_norm_with_ep) the experts' grouped tensors (w1, w2, w3 of each MoE
+    layer: GroupedExperts) have their own norm, reduced over ep (and edp under FSDP2)."""
     dense, expert = tensors.grad_tensors(layout, model)
-    n = len(dense) + len(expert)
+    split = bool(expert) and layout.ep > 1
+    n = len(dense) + (0 if split else len(expert))
     axes: list[str] = [Axis.TP] if layout.tp > 1 else []
     if fsdp and layout.dp * layout.cp > 1:
         axes.append(dp_axis(layout))
     out = [_step("allreduce", 4 * n, a, 1, "optimizer", FP32, "grad norm") for a in axes]
+    if split:
+        stage = model.busiest_stage(layout.pp, layout.tp, layout.ep)
+        grouped = sum(model.is_moe_layer(i) for i in model.stage_layers(layout.pp, stage))
+        grouped *= 3 if model.gated_mlp else 2
+        ep_axes = [Axis.EP] + ([Axis.EDP] if fsdp and layout.edp > 1 else [])
+        out += [
+            _step("allreduce", 4 * grouped, a, 1, "optimizer", FP32, "expert grad norm")
+            for a in ep_axes
+        ]
     if layout.pp > 1:
         out.append(_step("allreduce", 4, Axis.PP, 1, "optimizer", FP32, "grad norm (pp)"))
     return out
