@@ -131,3 +131,17 @@ def test_ring_attention_is_exact():
     done = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("ok") == 6
+
+
+def test_job_writes_profiler_traces(tmp_path):
+    """--profile (for `commbench trace`, issue 32): the logged step's Chrome trace per rank,
+    beside the same op log."""
+    cmd = [sys.executable, str(JOB), "--world", "2", "--out", str(tmp_path / "ops"),
+           "--profile", str(tmp_path / "traces"), "tp"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        trace = json.loads((tmp_path / "traces" / "tp" / f"rank{rank}.json").read_text())
+        assert trace["traceEvents"]
+        doc = json.loads((tmp_path / "ops" / "tp" / f"rank{rank}.json").read_text())
+        assert len(doc["ops"]) == 27

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -135,6 +136,22 @@ def pipeline_step(b: Built, batches: list[torch.Tensor], tokens: torch.Tensor, l
             schedule.step()
 
 
+@contextlib.contextmanager
+def profiled(directory: str | None, name: str, rank: int) -> Iterator[None]:
+    """Run the body under torch.profiler (CPU) and write its Chrome trace to
+    directory/<name>/rank<rank>.json; without a directory, just run it."""
+    if directory is None:
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield
+    tdir = Path(directory) / name
+    tdir.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(tdir / f"rank{rank}.json"))
+
+
 def rank_main(
     rank: int, world: int, init: str, configs: list[str], out: str, profile: str | None
 ) -> None:
@@ -151,19 +168,7 @@ def rank_main(
             train_step(built, shape, log, seed=1)  # warm-up, unlogged
             log.records.clear()
             log.phase = None
-            if built.moe:
-                with mode:
-                    train_step(built, shape, log, seed=2)
-            elif profile:
-                from torch.profiler import ProfilerActivity
-                from torch.profiler import profile as prof
-
-                with prof(activities=[ProfilerActivity.CPU]) as p:
-                    train_step(built, shape, log, seed=2)
-                tdir = Path(profile) / name
-                tdir.mkdir(parents=True, exist_ok=True)
-                p.export_chrome_trace(str(tdir / f"rank{rank}.json"))
-            else:
+            with mode, profiled(profile, name, rank):
                 train_step(built, shape, log, seed=2)
         finally:
             log.uninstall()
