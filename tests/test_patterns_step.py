@@ -265,6 +265,7 @@ def test_megatron_ddp_buckets_one_per_buffer_or_4e7_with_overlap():
     for bad, msg in (
         ({"framework": "torchtitan", "overlap_grad_reduce": True}, "framework torchtitan has none"),
         ({"framework": "fsdp"}, "framework 'fsdp': choose from megatron, torchtitan"),
+        ({"framework": "torchtitan", "distributed_optimizer": True}, "zero_stage 3 \\(FSDP2\\)"),
     ):
         with pytest.raises(UsageError, match=msg):
             patterns.build("step", lay, LLAMA, {**opts, **bad})

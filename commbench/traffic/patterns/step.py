@@ -47,6 +47,11 @@ class Options(framework.Options):
             raise UsageError(f"zero_stage {self.zero_stage!r}: choose from 0, 1, 2, 3")
         if self.distributed_optimizer and self.zero_stage:
             raise UsageError("distributed_optimizer is ZeRO-1 already: leave zero_stage at 0")
+        if self.distributed_optimizer and self.framework != "megatron":
+            raise UsageError(
+                "distributed_optimizer is Megatron-Core's; under framework "
+                f"{self.framework} shard with zero_stage 3 (FSDP2)"
+            )
         if self.overlap_grad_reduce and self.framework != "megatron":
             raise UsageError(
                 f"overlap_grad_reduce is Megatron-Core's DDP option; framework "
