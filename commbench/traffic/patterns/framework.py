@@ -2,9 +2,9 @@
 parts tp, cp, ep, pp, dp and zero leave out, each a function of the layout, the model and
 the workload, for the `step` pattern (which `plan --verify` prices and measures):
 
-- the batch broadcast inside a TP group (megatron.training.utils.get_batch_on_this_tp_rank:
-  tokens, labels, position ids as int64 and the fp32 loss mask, b s elements each, before
-  the CP split);
+- the batch broadcast inside a TP group (megatron/core/utils.py get_batch_on_this_tp_rank:
+  the tensors of b s elements the rank's pipeline stage uses, int64 tokens, labels and
+  position ids and the fp32 loss mask, before the CP split);
 - the vocab-parallel embedding's output all-reduce of b (s/c) h (reduce-scatter with sequence
   parallel, whose backward is an all-gather; VocabParallelEmbedding);
 - the LM head's input-gradient all-reduce in backward (with sequence parallel: the forward
@@ -13,9 +13,11 @@ the workload, for the `step` pattern (which `plan --verify` prices and measures)
   sum of exponentials; tensor_parallel.cross_entropy);
 - the sequence-parallel layernorm (and router) gradient all-reduce over tp, fp32 main grads
   (finalize_model_grads._allreduce_layernorm_grads);
-- the loss all-reduce of [loss sum, tokens] in fp32 over dp x cp per micro-batch and the
-  grad-norm all-reduce of one fp32 over the model-parallel ranks (tp x pp; every rank with the
-  distributed optimizer, whose grads are sharded);
+- the loss all-reduce of [loss sum, tokens] in fp32 over dp x cp once per step and the
+  grad-norm all-reduce of one fp32 over the model-parallel ranks (tp x pp; every rank when
+  the grads are sharded: the distributed optimizer, ZeRO 1-3);
+- with tied embeddings and pp = 2, the word-embedding grad all-reduce between the two stages;
+  with expert_bias, the MoE token counts of the aux-loss-free load balancing once per step;
 - the MoE token-count all-to-all of E int64 counts per MoE layer (MoEAlltoAllTokenDispatcher)
   and, with tp > 1 and experts sharded over tp (expert_tensor_parallel), the all-gather over
   tp of the received tokens after the dispatch and the reduce-scatter before the combine (and
