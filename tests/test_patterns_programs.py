@@ -63,10 +63,11 @@ def test_dp_seed_check_fp32_grads_and_ddp_buckets():
     # a ring all-reduce moves about twice that over the busiest link
     bus = sum(s.total_bytes * bus_factor(s.op, 8) for s in prog.steps)
     assert bus / total == pytest.approx(2 * 7 / 8)
-    first, full, last = prog.steps
-    assert (first.nbytes, first.repeat) == (1 * MiB, 1)
-    assert full.nbytes == 25 * MiB and full.repeat == (total - MiB) // (25 * MiB)
-    assert last.nbytes == (total - MiB) % (25 * MiB)
+    # DDP buckets whole tensors: every fp32 matrix of llama-7b is over 25 MiB, so each is a
+    # bucket of its own (a norm joins the next): 32 layers x 7 + the head + the embedding
+    assert sum(s.repeat for s in prog.steps) == 226
+    assert 64 * MiB <= min(s.nbytes for s in prog.steps) < max(s.nbytes for s in prog.steps)
+    assert max(s.nbytes for s in prog.steps) == 4 * (32000 * 4096 + 4096)  # head + final norm
     assert all(s.op == "allreduce" and s.axis == "dp" and s.dtype == "float32" for s in prog.steps)
 
 
@@ -88,6 +89,61 @@ def test_dp_local_grads_and_axes():
     assert expert == pytest.approx(4 * MIX.param_counts().expert / 4, rel=1e-6)
     assert dense == pytest.approx(4 * MIX.param_counts().dense, rel=1e-6)
     assert dp.build(ParallelLayout(4, tp=4), L7, dp.Options()).steps == ()
+
+
+def test_ddp_buckets_whole_tensors_in_ready_order():
+    """torch DDP's rule on the tiny Llama at 0.5 MiB: 12 buckets, as a real DDP on gloo issued
+    (tests/pytorch_jobs); splitting the 8 MiB of gradients by bytes gave 16."""
+    from commbench.traffic.patterns import tensors
+
+    tiny = ModelShape(name="t", layers=2, hidden=256, heads=4, ffn_hidden=688, vocab=1024)
+    dense, expert = tensors.grad_tensors(ParallelLayout(2), tiny)
+    assert sum(dense) == tiny.params and not expert and len(dense) == 21
+    prog = patterns.build("dp", ParallelLayout(2), tiny, {"bucket_mb": 0.5})
+    got = sorted((s.count, int(s.repeat)) for s in prog.steps)
+    assert got == [(131072, 2), (131328, 2), (176128, 4), (176384, 2), (262144, 1), (262400, 1)]
+    assert tensors.ddp_buckets([10, 1, 1], 1, 5) == [1, 11]  # first cap, then the rest
+    assert tensors.ddp_caps(25.0, None) == (MiB, 25 * MiB)  # 1 MiB only at the default cap
+    assert tensors.ddp_caps(0.5, None) == (MiB // 2, MiB // 2)
+    titan = patterns.build("dp", ParallelLayout(2), L7, {"framework": "torchtitan"})
+    assert max(s.nbytes for s in titan.steps) > 100 * MiB  # replicate's 100 MiB buckets
+    assert sum(s.repeat for s in titan.steps) < 226
+
+
+def test_cp_comm_types():
+    """Megatron's cp_comm_type forms and torch's context parallel rotations: torch sends
+    dK,dV c times in fp32, so at cp 2 its all-to-all backward moves 1.5x the p2p ring's bytes
+    in fp32 and 2.5x in bf16 (issue 31); torchtitan's default is the all-gather rotation."""
+    lay, model = ParallelLayout(2, cp=2), get_model("llama3-8b")
+
+    def moved(form, dt, **extra):
+        opts = {"seq_len": 4096, "micro_batches": 1, "dtype": dt, **extra}
+        prog = cp.build(lay, model, cp.Options(cp_comm_type=form, **opts))
+        return {ph: sum(s.total_bytes for s in prog.steps if s.phase == ph) for ph in PHASES}
+
+    ring32, ring16 = moved("p2p", "float32"), moved("p2p", "bfloat16")
+    assert moved("torch_alltoall", "float32")["backward"] == 1.5 * ring32["backward"]
+    assert moved("torch_alltoall", "bfloat16")["backward"] == 2.5 * ring16["backward"]
+    assert moved("torch_alltoall", "bfloat16")["forward"] == ring16["forward"]
+    gather = cp.build(lay, model, cp.Options(cp_comm_type="torch_allgather", seq_len=4096))
+    assert [(s.op, s.phase, s.repeat) for s in gather.steps][:2] == [
+        ("allgather", "forward", 32),
+        ("allgather", "backward", 32),
+    ]  # one all-gather of K and V per layer each way
+    titan = cp.build(lay, model, cp.Options(framework="torchtitan", seq_len=4096))
+    assert titan.steps == gather.steps
+    a2a = cp.build(lay, model, cp.Options(cp_comm_type="a2a", seq_len=4096, micro_batches=1))
+    assert sum(s.repeat for s in a2a.steps) == 8 * 32  # Q, K, V, O and their grads per layer
+    assert {s.op for s in moved_steps(lay, model, "all_gather")} == {"allgather", "reduce_scatter"}
+    with pytest.raises(UsageError, match="cp_comm_type 'ring': choose from p2p"):
+        cp.Options(cp_comm_type="ring")
+
+
+PHASES = ("forward", "backward")
+
+
+def moved_steps(lay, model, form):
+    return cp.build(lay, model, cp.Options(cp_comm_type=form, seq_len=4096)).steps
 
 
 def test_buckets():

@@ -14,6 +14,7 @@ from commbench.report.step_timeline import step_timelines
 from commbench.results.rundir import read_run
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.model import ModelShape
 from commbench.traffic.presets import get_model
 
 from conftest import run_mpi, run_single
@@ -73,14 +74,43 @@ def test_layernorm_grads_only_with_sp():
 
 def test_batch_broadcast_loss_and_grad_norm():
     prog = step(tp=2, micro_batches=2)
-    tokens = by_label(prog, "batch tokens/labels/pos")
+    tokens = by_label(prog, "batch ints")  # tokens, labels, position ids
     mask = by_label(prog, "batch loss mask")
     assert (tokens.op, tokens.nbytes, tokens.repeat) == ("broadcast", 8 * B * S_LEN, 6)
     assert (mask.nbytes, mask.repeat) == (4 * B * S_LEN, 2)
     loss = by_label(prog, "loss")
-    assert (loss.axis, loss.nbytes, loss.repeat) == ("dp", 8, 2)
+    # Megatron-LM reduces [loss, tokens] once per step, after the schedule
+    assert (loss.axis, loss.nbytes, loss.repeat) == ("dp", 8, 1)
     assert by_label(prog, "grad norm").axis == "tp-pp"
     assert by_label(step(tp=2, distributed_optimizer=True), "grad norm").axis == "tp-cp-dp-pp"
+    # ZeRO 1-3 shard the grads too: the norm sums over every rank (defect 1 of issue 31)
+    for zero in (1, 2, 3):
+        assert by_label(step(tp=2, zero_stage=zero), "grad norm").axis == "tp-cp-dp-pp"
+
+
+def test_torchtitan_step_differs_where_pytorch_does():
+    """TP 2 + SP on the 2-layer model, 2 micro-batches: 10 backward all-gathers (Megatron's
+    re-gathers make 20), no batch broadcast, the per-step scalars, FSDP2's policy."""
+    tiny = ModelShape(name="t", layers=2, hidden=256, heads=4, ffn_hidden=688, vocab=1024)
+    opts = {"seq_len": 128, "micro_batch": 2, "micro_batches": 2, "sequence_parallel": True}
+
+    def ops(prog, op, phase):
+        return sum(s.repeat for s in prog.steps if s.op == op and s.phase == phase)
+
+    lay = ParallelLayout(4, tp=2)
+    titan = patterns.build("step", lay, tiny, {**opts, "framework": "torchtitan"})
+    mega = patterns.build("step", lay, tiny, opts)
+    assert ops(titan, "allgather", "backward") == 10 and ops(mega, "allgather", "backward") == 20
+    assert not [s for s in titan.steps if s.op == "broadcast"]
+    assert [s for s in mega.steps if s.op == "broadcast"]
+    assert {s.label for s in titan.steps} >= {"valid tokens", "finite", "grad norm"}
+    fsdp = patterns.build("step", ParallelLayout(2), tiny, {**opts, "sequence_parallel": False,
+                          "framework": "torchtitan", "zero_stage": 3})  # fmt: skip
+    norm = [s for s in fsdp.steps if s.label == "grad norm"]
+    assert [(s.axis, s.count) for s in norm] == [("dp", 21)]  # one fp32 per grad tensor
+    assert ops(fsdp, "allgather", "backward") == 6  # the [norm, output] unit stays gathered
+    with pytest.raises(UsageError, match="framework 'deepspeed': choose from megatron"):
+        patterns.build("step", lay, tiny, {"framework": "deepspeed"})
 
 
 def test_distributed_optimizer_moves_fp32_grads_and_bf16_params():
@@ -140,7 +170,7 @@ def test_degrees_that_do_not_fit_the_model(degrees, what):
 def test_suite_step_dry_run_prints_the_whole_program():
     job = run_single("suite", "step", "--quick", "--dry-run", "--world", "8")
     assert job.returncode == 0, job.output
-    for label in ("batch tokens/labels/pos", "cross entropy", "MoE token counts", "grad norm"):
+    for label in ("batch ints", "cross entropy", "MoE token counts", "grad norm"):
         assert label in job.stdout
     assert "1F1B p=2 m=4" in job.stdout and "dense params" in job.stdout  # pp, distopt
 
@@ -173,3 +203,73 @@ def test_suite_step_on_8_ranks(tmp_path, backend):
         assert len(tl.spans) == pt["steps_total"]
         assert tl.total_s * 1e6 == pytest.approx(pt["time_us"], rel=1e-6)
         assert all(s.end > s.start for s in tl.spans)  # every step measured
+
+
+def test_plan_framework_flag_ranks_configs():
+    """`plan --framework torchtitan` ranks configs priced with torchtitan's traffic (DDP's
+    100 MiB buckets: a different dp time); an unknown framework is a usage error, exit 2."""
+    titan = run_single("plan", "--model", "llama-7b", "--gpus", "16", "--framework", "torchtitan",
+                       "--json")  # fmt: skip
+    mega = run_single("plan", "--model", "llama-7b", "--gpus", "16", "--json")
+    assert titan.returncode == 0 and mega.returncode == 0, titan.output
+    assert titan.stdout != mega.stdout  # the same configs, priced differently
+    bad = run_single("plan", "--model", "llama-7b", "--gpus", "16", "--framework", "deepspeed")
+    assert bad.returncode == 2 and "invalid choice: 'deepspeed'" in bad.output
+
+
+def test_megatron_tied_embedding_expert_bias_and_batch_per_stage():
+    """Issue 31's defects 5 and 8 and the batch broadcast as get_batch_on_this_tp_rank does
+    it per pipeline stage: gpt3-175b at tp 2 pp 2 all-reduces ~1.15 GiB of tied embedding
+    grads between its two stages; deepseek-v3's expert-bias counts are 58 KiB a step."""
+    gpt3 = get_model("gpt3-175b")
+    prog = patterns.build("step", ParallelLayout(8, tp=2, pp=2), gpt3, {"seq_len": 1024})
+    tied = by_label(prog, "tied embedding grad")
+    assert (tied.op, tied.axis, tied.dtype, tied.repeat) == ("allreduce", "pp", "float32", 1)
+    assert tied.nbytes == 4 * gpt3.vocab * gpt3.hidden // 2
+    # the busiest (last) stage receives labels and the loss mask, not tokens or positions
+    ints, mask = by_label(prog, "batch ints"), by_label(prog, "batch loss mask")
+    assert (ints.repeat, mask.repeat) == (4, 4)  # one int64 tensor x 4 micro-batches
+    flat = patterns.build("step", ParallelLayout(4, tp=2), gpt3, {"seq_len": 1024})
+    assert by_label(flat, "batch ints").repeat == 12 and "tied embedding grad" not in str(flat)
+    ds = get_model("deepseek-v3")
+    lay, opts = ParallelLayout(64, tp=2, ep=8), {"seq_len": 1024, "micro_batches": 1}
+    assert "expert-bias" not in str(patterns.build("step", lay, ds, opts))  # Megatron: off
+    bias = by_label(
+        patterns.build("step", lay, ds, {**opts, "expert_bias": True}), "expert-bias token counts"
+    )
+    assert (bias.axis, bias.nbytes) == ("tp-cp-dp", 4 * 58 * 256)  # 58 MoE layers x 256
+    titan = patterns.build("step", lay, ds, {**opts, "framework": "torchtitan"})
+    assert [s.axis for s in titan.steps if s.label.startswith("expert-bias")] == ["tp", "dp"]
+
+
+def test_megatron_ddp_buckets_one_per_buffer_or_4e7_with_overlap():
+    """Megatron-Core's DDP (param_and_grad_buffer.py): one bucket per grad buffer, or with
+    overlap_grad_reduce whole tensors up to max(4e7, 1e6 dp cp) elements; llama-7b at tp 2
+    dp 2: 1 or 65 all-reduces (the issue counted 1 or 66 from Megatron's own buffers; torch
+    DDP's rule at 25 MiB gave 516)."""
+    lay, opts = ParallelLayout(4, tp=2), {"seq_len": 1024}
+
+    def buckets(**extra):
+        prog = patterns.build("step", lay, LLAMA, {**opts, **extra})
+        return [s for s in prog.steps if s.label.startswith("grad bucket")]
+
+    one = buckets()
+    assert [(s.repeat, s.axis) for s in one] == [(1, "dp")]
+    assert one[0].nbytes == 4 * LLAMA.rank_params(tp=2)
+    over = buckets(overlap_grad_reduce=True)
+    assert sum(s.repeat for s in over) == 65
+    assert sum(s.repeat for s in over if s.count < 40_000_000) <= 1  # only the remainder
+    assert sum(s.total_bytes for s in over) == one[0].nbytes
+    titan = buckets(framework="torchtitan")
+    assert sum(s.repeat for s in titan) == 82  # torch's rule, torchtitan's 100 MiB
+    for bad, msg in (
+        ({"framework": "torchtitan", "overlap_grad_reduce": True}, "framework torchtitan has none"),
+        ({"framework": "fsdp"}, "framework 'fsdp': choose from megatron, torchtitan"),
+        ({"framework": "torchtitan", "distributed_optimizer": True}, "zero_stage 3 \\(FSDP2\\)"),
+    ):
+        with pytest.raises(UsageError, match=msg):
+            patterns.build("step", lay, LLAMA, {**opts, **bad})
+    job = run_single("suite", "step", "--quick", "--dry-run", "--world", "4",
+                     "--set", "framework=torchtitan", "--set", "overlap_grad_reduce=true")  # fmt: skip
+    assert job.returncode == 2 and "overlap_grad_reduce" in job.stderr, job.output
+    assert job.stderr.count("\n") <= 2  # one message, no traceback

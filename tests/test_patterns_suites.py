@@ -459,3 +459,22 @@ def test_point_record_json_roundtrip(tmp_path):
     for pt in pts:
         json.dumps(pt.program.meta)
         json.dumps(pt.options.to_dict())
+
+
+def test_model_seq_len_wins_over_suite_seq_len():
+    """`--model NAME:seq_len=N` is the sequence the user asked for: the suite's own seq_len
+    option (step.yaml sets 2048) yields to it, unless --set seq_len says otherwise."""
+    from commbench.traffic.presets import parse_model_arg
+
+    suite = load_suite("step")
+    text = "llama-7b:layers=2,seq_len=128"
+    ov = Overrides(models=(parse_model_arg(text),), model_seq_len=True)
+    pts = expand(apply_overrides(suite, ov), 4)
+    assert pts and {pt.options.seq(pt.model) for pt in pts} == {128}
+    both = Overrides(models=ov.models, model_seq_len=True, options={"seq_len": 256})
+    pts = expand(apply_overrides(suite, both), 4)
+    assert {pt.options.seq(pt.model) for pt in pts} == {256}
+    # a --model without seq_len keeps the suite's
+    plain = Overrides(models=(parse_model_arg("llama-7b:layers=2"),))
+    kept = {pt.options.seq_len for pt in expand(apply_overrides(suite, plain), 4)}
+    assert kept == {pt.options.seq_len for pt in expand(suite, 4)} and 128 not in kept

@@ -94,3 +94,22 @@ def test_a_warm_rank_never_imports_numpy_random(tmp_path):
     assert [r.stdout.split() for r in runs] == [[str(total), "True"], [str(total), "False"]], [
         r.stderr for r in runs
     ]
+
+
+def test_routing_expected_prices_the_mean(cache):
+    """routing: expected (issue 31, defect 9): uniform gives T k / E per expert exactly; a
+    skewed router the mean of EXPECT_DRAWS draws, each source still sending T k; its own
+    cache entry beside the single draw's."""
+    tokens, experts, top_k, sources = SHAPE
+    flat = ep.route(ep.Options(routing="expected"), *SHAPE)
+    assert (flat == tokens * top_k // experts).all()
+    skew = ep.Options(router="zipf", routing="expected")
+    mean = ep.route(skew, *SHAPE)
+    assert (mean.sum(axis=1) == tokens * top_k).all()
+    draws = [ep._draw(skew, *SHAPE, [0, 1, j]) for j in range(ep.EXPECT_DRAWS)]
+    assert np.abs(mean - np.mean(draws, axis=0)).max() <= 1
+    one = ep.route(ep.Options(router="zipf"), *SHAPE)
+    assert not np.array_equal(one, mean)
+    assert len(list(cache.glob("*.json"))) == 3
+    with pytest.raises(Exception, match="routing 'mean': choose from draw, expected"):
+        ep.Options(routing="mean")

@@ -88,6 +88,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="selective",
         help="activation recomputation (default: selective)",
     )
+    w.add_argument(
+        "--framework",
+        choices=("megatron", "torchtitan"),
+        default="megatron",
+        help="whose traffic to price: Megatron-Core's or PyTorch's own parallelism as "
+        "torchtitan applies it (docs/frameworks.md; default: megatron)",
+    )
     w.add_argument("--grad-dtype", default="float32", help="gradient dtype (default: float32)")
     m = p.add_argument_group("time model")
     m.add_argument(
@@ -167,6 +174,7 @@ def request_from_args(args: argparse.Namespace, cal):
         orders=args.orders,
         extrapolate=args.extrapolate,
         backend=args.backend,
+        framework=args.framework,
     )
 
 

@@ -99,13 +99,14 @@ def load(args: argparse.Namespace, world: int, nodes: tuple[int, ...] = ()):
         parse_degree_flags,
     )
     from commbench.traffic.points import dropped_runs, expand
-    from commbench.traffic.presets import parse_model_arg
+    from commbench.traffic.presets import model_sets_seq_len, parse_model_arg
     from commbench.traffic.suitefile import load_suite
 
     suite = load_suite(args.suite, args.quick)
     order = parse_order(args.order, "--order") if args.order is not None else None
     ov = Overrides(
         models=tuple(parse_model_arg(m) for m in args.model or []),
+        model_seq_len=any(model_sets_seq_len(m) for m in args.model or []),
         options=parse_assignments(args.set, "--set"),
         degrees=parse_degree_flags(args.degree),
         order=order,

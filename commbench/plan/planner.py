@@ -52,6 +52,7 @@ class Planner:
             "micro_batches": cfg.micro_batches,
             "sequence_parallel": req.sequence_parallel,
             "grad_dtype": req.grad_dtype,
+            "framework": req.framework,
         }
 
     def pp_options(self, cfg: Config, micro_batches: int) -> dict[str, Any]:

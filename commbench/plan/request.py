@@ -53,8 +53,12 @@ class PlanRequest:
     orders: str = "megatron"
     extrapolate: bool = False
     backend: str | None = None
+    framework: str = "megatron"  # whose traffic the configs are priced with (docs/frameworks.md)
 
     def __post_init__(self) -> None:
+        from commbench.traffic.patterns.base import FRAMEWORKS, check_choice
+
+        check_choice("--framework", self.framework, FRAMEWORKS)
         if self.gpus < 1 or self.gpus_per_node < 1:
             raise UsageError("--gpus and --gpus-per-node must be positive")
         if self.gpus > MAX_GPUS:
@@ -193,6 +197,7 @@ def request_from_flags(
     orders: str,
     extrapolate: bool,
     backend: str | None,
+    framework: str = "megatron",
 ) -> PlanRequest:
     """A PlanRequest from `commbench plan`'s flags as given (None: not given), the calibration's
     device filling the defaults: gpus_per_node, memory_gb, peak_bf16_tflops."""
@@ -231,6 +236,7 @@ def request_from_flags(
         orders=orders,
         extrapolate=extrapolate,
         backend=backend,
+        framework=framework,
     )
 
 

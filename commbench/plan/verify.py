@@ -56,6 +56,7 @@ def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
         "sequence_parallel": req.sequence_parallel,
         "grad_dtype": req.grad_dtype,
         "zero_stage": cfg.zero_stage,
+        "framework": req.framework,
     }
 
 

@@ -23,9 +23,12 @@ from commbench.traffic.suitefile import (
 
 @dataclass(frozen=True)
 class Overrides:
-    """`--model`, `--set`, `--degree`, `--order` applied to every run they fit."""
+    """`--model`, `--set`, `--degree`, `--order` applied to every run they fit.
+    `model_seq_len`: a `--model NAME:...,seq_len=N` named its sequence, so the runs' own
+    `seq_len` options yield to the model's (`--set seq_len=` still wins over both)."""
 
     models: tuple[ModelShape, ...] = ()
+    model_seq_len: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     degrees: dict[str, DegreeSpec] = field(default_factory=dict)
     order: tuple[Axis, ...] | None = None
@@ -72,6 +75,9 @@ def apply_overrides(suite: Suite, ov: Overrides) -> Suite:
         spec = patterns.get(run.pattern)
         names = option_names(spec)
         options, sweep = dict(run.options), dict(run.sweep)
+        if ov.models and ov.model_seq_len and spec.needs_model and "seq_len" not in ov.options:
+            options.pop("seq_len", None)
+            sweep.pop("seq_len", None)
         for k, v in ov.options.items():
             if k in names:
                 used.add(k)

@@ -150,3 +150,9 @@ def parse_model_arg(text: str) -> ModelShape:
     else:
         data["name"] = name
     return ModelShape.from_dict(data, f"--model {text}")
+
+
+def model_sets_seq_len(text: str) -> bool:
+    """True when a `--model` argument names its own seq_len (`llama-7b:seq_len=128`)."""
+    _, _, rest = text.partition(":")
+    return any(item.partition("=")[0].strip() == "seq_len" for item in rest.split(","))

@@ -192,7 +192,7 @@ def training_step(
     """Every strategy's Program for one training step of `layout`: tp (tp > 1), cp (cp > 1),
     pp (pp > 1), ep (ep > 1), the gradient traffic, dp (zero_stage 0) or zero (1-3),
     when dp x cp > 1 (pattern step adds framework's embedding / LM head / loss ops and runs
-    them all in order). `workload` keys (seq_len, micro_batch, micro_batches, dtype,
+    them all in order); under framework megatron (the default) dp is Megatron-Core's DDP. `workload` keys (seq_len, micro_batch, micro_batches, dtype,
     sequence_parallel, ...) go to every pattern that has them; `options[name]` to one."""
     import dataclasses
 
@@ -213,6 +213,8 @@ def training_step(
         opts = {k: v for k, v in workload.items() if k in fields}
         if name == "zero":
             opts["stage"] = zero_stage
+        if name == "dp" and opts.get("framework", "megatron") == "megatron":
+            opts["ddp"] = "megatron"  # Megatron-Core's step reduces with its own DDP
         opts.update(options.get(name, {}))
         out[name] = build(name, layout, model, make_options(name, opts, f"options.{name}"))
     return out

@@ -90,6 +90,21 @@ class TrafficOptions:
         }
 
 
+FRAMEWORKS = ("megatron", "torchtitan")
+
+
+@dataclass(frozen=True)
+class FrameworkOptions(TrafficOptions):
+    """The workload and the framework whose traffic is modelled: Megatron-Core's (the
+    default) or PyTorch's own parallelism as torchtitan applies it (docs/frameworks.md)."""
+
+    framework: str = "megatron"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("framework", self.framework, FRAMEWORKS)
+
+
 def check_choice(name: str, value: Any, choices: tuple) -> None:
     """UsageError naming the option when `value` is not one of `choices`."""
     if value not in choices:

@@ -9,7 +9,11 @@ pads every expert's buffer to C (drop-and-pad); none means dropless. As DeepSeek
 per node, each token sent to at most `group_limit` of them, chosen by their top experts'
 scores) and the dispatch can move FP8 tokens (1 byte per element and an fp32 scale per 128)
 while the combine stays in the activation dtype. Experts are sharded over the dp x cp ranks,
-as Megatron-Core's expert rank generator does (layout.expert).
+as Megatron-Core's expert rank generator does (layout.expert). `routing: draw` (the default)
+prices one seeded draw, reused for every MoE layer and micro-batch (one draw can sit in the
+tail of its router's spread: issue 31 saw the 1st percentile at ep 4); `routing: expected`
+prices the expectation: each expert's token count is its mean over EXPECT_DRAWS draws (exact
+T k / E for the uniform router), rounded so each source still sends T k.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ AXIS = Axis.EP
 ROUTERS = ("uniform", "zipf", "dirichlet")
 DISPATCH = ("bf16", "fp8")  # the dispatch's payload: the activation dtype, or FP8 + scales
 FP8_BLOCK = 128  # elements per fp32 scale (DeepSeek-V3's 1 x 128 tile quantisation)
+ROUTINGS = ("draw", "expected")
+EXPECT_DRAWS = 32  # draws averaged for routing: expected (non-uniform routers)
 
 
 @dataclass(frozen=True)
@@ -49,10 +55,12 @@ class Options(TrafficOptions):
     dispatch: str = "bf16"
     groups: int = 1
     group_limit: int | None = None
+    routing: str = "draw"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("router", self.router, ROUTERS)
+        check_choice("routing", self.routing, ROUTINGS)
         check_choice("dispatch", self.dispatch, DISPATCH)
         if self.groups < 1:
             raise UsageError(f"groups must be at least 1, got {self.groups}")
@@ -95,13 +103,43 @@ def route(options: Options, tokens: int, experts: int, top_k: int, sources: int)
         "group_limit": options.group_limit,
         "shape": [tokens, experts, top_k, sources],
     }
+    if options.routing != "draw":  # keys of the draws cached before this option stay valid
+        key["routing"] = options.routing
     return routecache.load(key, lambda: _route(options, tokens, experts, top_k, sources))
 
 
 def _route(options: Options, tokens: int, experts: int, top_k: int, sources: int) -> np.ndarray:
-    """route's draw, uncached."""
+    """route's draw (or expectation), uncached."""
+    if options.routing == "expected":
+        return _expected(options, tokens, experts, top_k, sources)
+    return _draw(options, tokens, experts, top_k, sources, [options.seed, 1])
+
+
+def _expected(options: Options, tokens: int, experts: int, top_k: int, sources: int) -> np.ndarray:
+    """Mean counts per [source, expert], in whole tokens summing to T k per source (largest
+    remainders rounded up): T k / E for the uniform router (each expert is one of a token's k
+    with probability k / E), else the mean of EXPECT_DRAWS draws."""
+    if options.router == "uniform" and (options.group_limit or options.groups) == options.groups:
+        mean = np.full((sources, experts), tokens * top_k / experts)
+    else:
+        draws = [
+            _draw(options, tokens, experts, top_k, sources, [options.seed, 1, j])
+            for j in range(EXPECT_DRAWS)
+        ]
+        mean = np.mean(draws, axis=0)
+    counts = np.floor(mean).astype(np.int64)
+    for r in range(sources):
+        short = tokens * top_k - int(counts[r].sum())
+        counts[r, np.argsort(-(mean[r] - counts[r]), kind="stable")[:short]] += 1
+    return counts
+
+
+def _draw(
+    options: Options, tokens: int, experts: int, top_k: int, sources: int, seed: list[int]
+) -> np.ndarray:
+    """One Gumbel top-k draw of every source's tokens."""
     probs = router_probs(options, experts, sources)
-    rng = np.random.default_rng([options.seed, 1])
+    rng = np.random.default_rng(seed)
     counts = np.zeros((sources, experts), dtype=np.int64)
     with np.errstate(divide="ignore"):
         logp = np.log(probs)

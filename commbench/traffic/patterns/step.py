@@ -27,14 +27,17 @@ MiB = 1 << 20
 @dataclass(frozen=True)
 class Options(framework.Options):
     """The step's workload (micro_batches per step through the pipeline), sequence parallel,
-    the gradient reduction (zero_stage 0: DDP buckets of bucket_mb; 1-3: ZeRO;
+    the gradient reduction (zero_stage 0: the framework's DDP, Megatron-Core's buffers with
+    overlap_grad_reduce's buckets or torch's, bucket_mb if given; 1-3: ZeRO;
     distributed_optimizer: Megatron's), grad dtype, EP routing as pattern ep's, and compute_ms
     of forward per micro-batch and stage in the pipeline (backward = backward_factor x)."""
 
     micro_batches: int = 4
     zero_stage: int = 0
     grad_dtype: str = "float32"
-    bucket_mb: float = 25.0
+    bucket_mb: float | None = None
+    overlap_grad_reduce: bool = False
+    cp_comm_type: str | None = None
     compute_ms: float = 0.0
     backward_factor: float = 2.0
 
@@ -44,6 +47,16 @@ class Options(framework.Options):
             raise UsageError(f"zero_stage {self.zero_stage!r}: choose from 0, 1, 2, 3")
         if self.distributed_optimizer and self.zero_stage:
             raise UsageError("distributed_optimizer is ZeRO-1 already: leave zero_stage at 0")
+        if self.distributed_optimizer and self.framework != "megatron":
+            raise UsageError(
+                "distributed_optimizer is Megatron-Core's; under framework "
+                f"{self.framework} shard with zero_stage 3 (FSDP2)"
+            )
+        if self.overlap_grad_reduce and self.framework != "megatron":
+            raise UsageError(
+                f"overlap_grad_reduce is Megatron-Core's DDP option; framework "
+                f"{self.framework} has none"
+            )
 
 
 def distopt_bucket_mb(layout: ParallelLayout) -> float:
@@ -58,10 +71,13 @@ def parts(layout: ParallelLayout, model: ModelShape, options: Options) -> dict[s
     workload = {
         f.name: getattr(options, f.name)
         for f in dataclasses.fields(options)
-        if f.name not in ("zero_stage", "distributed_optimizer")
+        if f.name not in ("zero_stage", "distributed_optimizer", "overlap_grad_reduce")
+        and getattr(options, f.name) is not None
     }
     zero = options.zero_stage
     per: dict[str, dict] = {}
+    if options.overlap_grad_reduce:
+        per["dp"] = {"overlap_grad_reduce": True}
     if options.distributed_optimizer:
         zero = 1
         per["zero"] = {"grad_dtype": "float32", "bucket_mb": distopt_bucket_mb(layout)}

@@ -2,6 +2,9 @@
 2022): per layer 2 all-reduces forward and 2 backward of b (s/c) h elements; with sequence
 parallel, forward 2 all-gathers + 2 reduce-scatters and backward 4 all-gathers (2 of them
 re-gather the input for the weight gradient) + 2 reduce-scatters, each of full size b (s/c) h.
+Under framework torchtitan (DTensor's SequenceParallel / PrepareModuleInput, torch's
+distributed/tensor/parallel/style.py) autograd keeps the gathered input, so backward issues
+2 all-gathers, not 4 (checked against real DTensor TP on gloo, tests/pytorch_jobs).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns.base import TrafficOptions, check
+from commbench.traffic.patterns.base import FrameworkOptions, check
 from commbench.traffic.program import Program, Step
 
 NAME = "tp"
@@ -18,7 +21,7 @@ AXIS = Axis.TP
 
 
 @dataclass(frozen=True)
-class Options(TrafficOptions):
+class Options(FrameworkOptions):
     """TP traffic of one step; `sequence_parallel` swaps each all-reduce for AG/RS pairs."""
 
     sequence_parallel: bool = False
@@ -81,10 +84,11 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
                 op="allgather",
                 nbytes=S,
                 axis=AXIS,
-                repeat=4 * n,
+                repeat=(2 if options.framework == "torchtitan" else 4) * n,
                 phase="backward",
                 dtype=dt,
-                label="SP grad gather + input re-gather",
+                label="SP grad gather"
+                + ("" if options.framework == "torchtitan" else " + input re-gather"),
             ),
             Step(
                 op="reduce_scatter",

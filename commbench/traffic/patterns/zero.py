@@ -6,7 +6,10 @@ micro-batch (DeepSpeed reduces partitioned gradients each backward). Stage 3 (+ 
 sharded, FSDP): per layer unit, all-gather the parameters in forward, again in backward,
 reduce-scatter the gradients, every micro-batch: about 3P moved per step against DDP's 2P.
 Shards span the dp x cp ranks (dense) and the edp ranks (experts), as Megatron's
-distributed optimizer; flat buffers are padded to a multiple of the group size.
+distributed optimizer; flat buffers are padded to a multiple of the group size. Under
+framework torchtitan stage 3 is FSDP2 as torchtitan wraps it (torchtitan/distributed/fsdp.py
+apply_fsdp_to_decoder): the [final norm, output] unit is not resharded after forward, so it
+is not gathered again in backward, and with pp > 1 no unit is (reshard_after_forward False).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import (
-    TrafficOptions,
+    FrameworkOptions,
     buckets,
     check,
     check_choice,
@@ -33,7 +36,7 @@ MiB = 1 << 20
 
 
 @dataclass(frozen=True)
-class Options(TrafficOptions):
+class Options(FrameworkOptions):
     """ZeRO stage (1-3), gradient dtype of the reduce-scatter, bucket size (MiB, stages 1-2).
     `dtype` is the parameter dtype the all-gathers move."""
 
@@ -96,9 +99,11 @@ def _flat(
 
 
 def _per_unit(
-    us: list[tuple[str, float]], axis: str, p: int, options: Options, m: int
+    us: list[tuple[str, float]], axis: str, p: int, options: Options, m: int, pp: int = 1
 ) -> list[Step]:
-    """Stage 3: per unit all-gather forward, all-gather backward, reduce-scatter grads."""
+    """Stage 3: per unit all-gather forward, all-gather backward (not for a unit FSDP2 keeps
+    unsharded under torchtitan), reduce-scatter grads."""
+    titan = options.framework == "torchtitan"
     sizes: dict[tuple[str, int, int], int] = {}
     for label, params in us:
         if params <= 0:
@@ -121,6 +126,7 @@ def _per_unit(
                 label=f"{label} params",
             )
             for phase in ("forward", "backward")
+            if phase == "forward" or not (titan and (pp > 1 or label.endswith("output head")))
         ]
         out.append(
             Step(
@@ -153,7 +159,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         what = "expert" if which == 2 else "dense"
         if options.stage == 3:
             part = [(f"{what} {lab}", d if which == 1 else e) for lab, d, e in us]
-            steps += _per_unit(part, axis, p, options, m)
+            steps += _per_unit(part, axis, p, options, m, layout.pp)
         else:
             reps = m if options.stage == 2 else 1
             steps += _flat(dense if which == 1 else expert, axis, p, options, reps, what)
