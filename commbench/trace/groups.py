@@ -1,0 +1,176 @@
+"""Which process group each gloo op ran on, found by matching the ranks' traces.
+
+gloo's profiler events name no process group, and a mesh dimension that spans the whole world
+reuses the default group. What is known: the groups each rank belongs to (`pg_config`), and
+that the ranks of one group issue its collectives in the same order with the same op and
+size, so every member's next op on that group agrees (MPI's and c10d's matching rule). The
+traces are replayed as a blocking schedule: a group's op is taken when every member's next op
+agrees with it (a send when its peer's next op is the matching receive). Where more than one
+group would fit, every consistent assignment is searched (bounded): each group runs on its own
+gloo worker threads (two by default), so one thread never serves two groups; of the assignments left, the one
+whose threads were created in the groups' creation order (pg_config's numbering) is taken,
+and ops whose group still differs between the best assignments are said to be open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commbench.trace.ops import P2P, CommOp
+
+MAX_NODES = 20000
+MAX_SOLUTIONS = 64
+GLOO_THREADS = 2  # ProcessGroupGloo::Options' default pool: each group's work runs on 2 threads
+
+
+@dataclass
+class Matching:
+    """The result: ops given groups in place, and what was left open or unmatched."""
+
+    open_ops: list[tuple[CommOp, list[tuple[int, ...]]]] = field(default_factory=list)
+    unmatched: list[CommOp] = field(default_factory=list)
+    searched_out: bool = False
+
+
+def _candidates(rank: int, groups: dict[int, list[tuple[int, ...]]], world: int):
+    got = groups.get(rank) or [tuple(range(world))]
+    return [g for g in dict.fromkeys(tuple(sorted(x)) for x in got) if rank in g]
+
+
+def match_groups(
+    ops: dict[int, list[CommOp]], groups: dict[int, list[tuple[int, ...]]], world: int,
+    pg_order: dict[int, dict[tuple[int, ...], int]],
+) -> Matching:  # fmt: skip
+    """Give every op without group_ranks its group (in place). `groups`: each traced rank's
+    groups (pg_config); `pg_order`: each group's creation number per rank."""
+    todo = {r: [o for o in rops if o.group_ranks is None] for r, rops in ops.items()}
+    traced = set(todo)
+    solutions: list[dict[tuple[int, int], tuple[int, ...]]] = []
+    nodes = [0]
+    cands = {r: _candidates(r, groups, world) for r in todo}
+
+    def options(r: int, pos: dict[int, int], bind: dict) -> list[tuple[tuple[int, ...], list[int]]]:  # noqa: E501
+        head = todo[r][pos[r]]
+        out = []
+        for g in cands[r]:
+            if head.op == P2P:
+                if head.peer is None or head.peer >= len(g):
+                    continue
+                partner = g[head.peer]
+                members = [r, partner]
+                if partner in traced:
+                    if pos[partner] >= len(todo[partner]):
+                        continue
+                    other = todo[partner][pos[partner]]
+                    if (other.op != P2P or other.direction == head.direction
+                            or other.bytes != head.bytes or other.peer != g.index(r)):  # fmt: skip
+                        continue
+            else:
+                members = [m for m in g if m in traced]
+                if any(pos[m] >= len(todo[m]) for m in members):
+                    continue
+                if any(todo[m][pos[m]].signature != head.signature or todo[m][pos[m]].op == P2P
+                       for m in members):  # fmt: skip
+                    continue
+            if all(_fits(bind, m, todo[m][pos[m]], g, order) for m in members):
+                out.append((g, members))
+        return out
+
+    seen: set = set()
+
+    def search(pos: dict[int, int], bind: dict, chosen: dict) -> None:
+        """Depth first over the group ops that could complete next, on any rank (a rank whose
+        next op looks ready may in truth wait for a later one); states met before are skipped,
+        so ops of disjoint groups taken in either order are searched once."""
+        nodes[0] += 1
+        if nodes[0] > MAX_NODES or len(solutions) >= MAX_SOLUTIONS:
+            return
+        state = (tuple(sorted(pos.items())), frozenset(bind.items()))
+        if state in seen:
+            return
+        seen.add(state)
+        actions: dict[tuple, tuple] = {}
+        for r in todo:
+            if pos[r] < len(todo[r]):
+                for g, members in options(r, pos, bind):
+                    key = (g, tuple(sorted((m, pos[m]) for m in members)))
+                    bound = sum((m, todo[m][pos[m]].exec_tid) in bind for m in members)
+                    actions.setdefault(key, (-bound, -len(g), g, members))
+        if not actions:  # done, or stuck: keep the (partial) assignment
+            solutions.append(dict(chosen))
+            return
+        for _, _, g, members in sorted(actions.values(), key=lambda a: a[:2]):
+            new_bind, new_pos, new_chosen = dict(bind), dict(pos), dict(chosen)
+            for m in members:
+                op = todo[m][pos[m]]
+                if op.exec_tid != op.cpu_tid:
+                    new_bind[(m, op.exec_tid)] = g
+                new_chosen[(m, op.seq)] = tuple(sorted(members)) if op.op == P2P else g
+                new_pos[m] += 1
+            search(new_pos, new_bind, new_chosen)
+
+    order: dict | None = pg_order
+    search({r: 0 for r in todo}, {}, {})
+    if not solutions or len(max(solutions, key=len)) < sum(map(len, todo.values())):
+        order = None  # threads not in the groups' order (ids wrapped, pools made lazily)
+        nodes[0] = 0
+        seen.clear()
+        search({r: 0 for r in todo}, {}, {})
+    result = Matching(searched_out=nodes[0] > MAX_NODES)
+    if not solutions:
+        return result
+    def score(s: dict) -> tuple[int, int]:
+        return -len(s), _inversions(s, todo, pg_order)  # the most ops matched, then in order
+
+    scored = sorted(solutions, key=score)
+    ties = [s for s in scored if score(s) == score(scored[0])]
+    chosen = scored[0]
+    for r, rops in todo.items():
+        for op in rops:
+            g = chosen.get((r, op.seq))
+            if g is None:
+                result.unmatched.append(op)
+                continue
+            op.group_ranks = g
+            alts = list(dict.fromkeys(s.get((r, op.seq)) for s in ties))
+            if len(alts) > 1:
+                result.open_ops.append((op, [a for a in alts if a is not None]))
+    return result
+
+
+def _fits(bind: dict, rank: int, op: CommOp, g: tuple[int, ...], order: dict | None) -> bool:
+    """A worker thread serves one group, and a group has at most GLOO_THREADS of them a rank
+    (an op run inline on the thread that issued it, as gloo's send and recv are, says nothing).
+    With `order` (rank -> group -> creation number), threads started in the groups' order."""
+    tid = op.exec_tid
+    if tid == op.cpu_tid:
+        return True
+    if (rank, tid) in bind:
+        return bind[(rank, tid)] == g
+    mine = [(t, h) for (r, t), h in bind.items() if r == rank]
+    if sum(1 for _, h in mine if h == g) >= GLOO_THREADS:
+        return False
+    if order is None or not isinstance(tid, int) or g not in order.get(rank, {}):
+        return True
+    n = order[rank][g]
+    return all(
+        (t < tid) == (order[rank][h] < n) or order[rank][h] == n
+        for t, h in mine
+        if isinstance(t, int) and h in order[rank]
+    )
+
+
+def _inversions(solution: dict, todo: dict[int, list[CommOp]], pg_order: dict) -> int:
+    """Pairs of worker threads on one rank whose creation order (thread ids grow as threads
+    start) is the other way round from their groups' (each group starts its pool when made)."""
+    count = 0
+    for r, rops in todo.items():
+        order = pg_order.get(r, {})
+        tids: dict[int, int] = {}
+        for op in rops:
+            g = solution.get((r, op.seq))
+            if g in order and op.exec_tid != op.cpu_tid and isinstance(op.exec_tid, int):
+                tids[op.exec_tid] = order[g]
+        items = sorted(tids.items())
+        count += sum(1 for i, a in enumerate(items) for b in items[i + 1 :] if a[1] > b[1])
+    return count

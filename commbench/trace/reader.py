@@ -1,0 +1,170 @@
+"""Read PyTorch profiler (Kineto) Chrome-trace files: one per rank, JSON or .json.gz, or a
+folder of them, into RankTrace (rank, world, backend, process groups, events by kind).
+
+The Kineto format is the one `torch.profiler.profile(...).export_chrome_trace()` writes and
+HolisticTraceAnalysis reads (facebookresearch/HolisticTraceAnalysis, trace parser): a
+`traceEvents` list of Chrome "X" events with `cat` (cpu_op, user_annotation, kernel,
+cuda_runtime, ...), `ts`/`dur` in microseconds and `args`; a top-level `distributedInfo` with
+backend, rank, world_size and (PyTorch >= 2.0) `pg_config`, the ranks of each process group
+this rank belongs to. Every problem is a UsageError naming the file and what is missing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from commbench.errors import UsageError
+
+SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One complete ("X") event: name, category, thread, start and duration in us, args."""
+
+    name: str
+    cat: str
+    pid: object
+    tid: object
+    ts: float
+    dur: float
+    args: dict
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass
+class RankTrace:
+    """One rank's trace: where it came from, its place in the job and its events."""
+
+    path: str
+    rank: int | None
+    world: int | None
+    backend: str | None
+    groups: list[tuple[str, tuple[int, ...]]]  # (pg name, ranks) from pg_config
+    events: list[Event] = field(default_factory=list)
+    nccl_version: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.path} (rank {self.rank})" if self.rank is not None else self.path
+
+
+def trace_files(paths: list[str]) -> list[Path]:
+    """The trace files named, folders expanded to their *.json / *.json.gz files (sorted)."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(SUFFIXES))
+            if not found:
+                raise UsageError(f"{p}: no trace files (*.json, *.json.gz) in this folder")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise UsageError(f"{p}: no such file or folder")
+    return files
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        doc = json.loads(raw)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise UsageError(f"{path}: cannot read the trace ({e}); truncated or not gzip") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: not a JSON trace ({e}); truncated?") from None
+    if isinstance(doc, list):  # Chrome's bare array form
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise UsageError(f"{path}: no `traceEvents` list: not a Chrome/Kineto trace")
+    return doc
+
+
+def _ranks(value: object) -> tuple[int, ...] | None:
+    """Ranks as pg_config (a list) or record_param_comms (the text `[0, 1]`) writes them."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if isinstance(value, list) and all(isinstance(r, int) for r in value):
+        return tuple(value)
+    return None
+
+
+def parse_ranks(value: object) -> tuple[int, ...] | None:
+    """Public form of _ranks for the op extractor (record_param_comms' `Process Group Ranks`)."""
+    return _ranks(value)
+
+
+def read_trace(path: Path) -> RankTrace:
+    """One rank's trace file, its complete events sorted by start time."""
+    doc = _load_json(path)
+    info = doc.get("distributedInfo") or {}
+    if not isinstance(info, dict):
+        raise UsageError(f"{path}: `distributedInfo` is not an object")
+    groups = []
+    for i, pg in enumerate(info.get("pg_config") or ()):
+        ranks = _ranks(pg.get("ranks")) if isinstance(pg, dict) else None
+        if ranks is None:
+            raise UsageError(f"{path}: distributedInfo.pg_config[{i}] has no list of ranks")
+        groups.append((str(pg.get("pg_name", i)), ranks))
+    events = []
+    for e in doc["traceEvents"]:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        events.append(
+            Event(str(e.get("name", "")), str(e.get("cat", "")), e.get("pid"), e.get("tid"),
+                  ts, dur, args)  # fmt: skip
+        )
+    events.sort(key=lambda ev: (ev.ts, -ev.dur))
+    rank, world = info.get("rank"), info.get("world_size")
+    return RankTrace(
+        str(path),
+        rank if isinstance(rank, int) else None,
+        world if isinstance(world, int) else None,
+        info.get("backend") if isinstance(info.get("backend"), str) else None,
+        groups,
+        events,
+        info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None,
+    )
+
+
+def read_job(paths: list[str]) -> list[RankTrace]:
+    """Every rank's trace of one job, sorted by rank. Traces of different worlds or backends,
+    or two traces of the same rank, are a UsageError (mixed jobs)."""
+    traces = [read_trace(f) for f in trace_files(paths)]
+    worlds = {t.world for t in traces if t.world is not None}
+    if len(worlds) > 1:
+        shown = ", ".join(f"{t.path}: world {t.world}" for t in traces)
+        raise UsageError(f"traces of different jobs mixed ({shown})")
+    backends = {t.backend for t in traces if t.backend}
+    if len(backends) > 1:
+        raise UsageError(f"traces of different backends mixed ({', '.join(sorted(backends))})")
+    seen: dict[int, str] = {}
+    for t in traces:
+        if t.rank is None:
+            continue
+        if t.rank in seen:
+            raise UsageError(f"{t.path}: rank {t.rank} again (also {seen[t.rank]}): mixed jobs?")
+        if t.world is not None and not 0 <= t.rank < t.world:
+            raise UsageError(f"{t.path}: rank {t.rank} outside the world of {t.world}")
+        seen[t.rank] = t.path
+    if len(traces) > 1 and any(t.rank is None for t in traces):
+        missing = next(t.path for t in traces if t.rank is None)
+        raise UsageError(f"{missing}: no distributedInfo.rank: cannot tell the ranks apart")
+    return sorted(traces, key=lambda t: -1 if t.rank is None else t.rank)
