@@ -78,6 +78,7 @@ class CommOp:
     exec_tid: object = None  # the thread or stream it ran on (gloo: one pool per group)
     cpu_tid: object = None  # the thread that issued it
     axis: str | None = None
+    predicted_us: float | None = None  # a calibration's time for the same op (--calibration)
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -50,6 +50,7 @@ class RankTrace:
     groups: list[tuple[str, tuple[int, ...]]]  # (pg name, ranks) from pg_config
     events: list[Event] = field(default_factory=list)
     nccl_version: str | None = None
+    host: str | None = None
 
     @property
     def label(self) -> str:
@@ -141,6 +142,7 @@ def read_trace(path: Path) -> RankTrace:
         groups,
         events,
         info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None,
+        doc.get("host_name") if isinstance(doc.get("host_name"), str) else None,
     )
 
 

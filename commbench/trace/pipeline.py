@@ -1,0 +1,82 @@
+"""The analysis in order: read the ranks' traces, extract their ops, find gloo ops' groups,
+attribute axes, add up shares. One function so the command, the report and tests share it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commbench.errors import UsageError
+from commbench.trace.axes import Attribution, attribute
+from commbench.trace.groups import match_groups
+from commbench.trace.ops import CommOp, extract
+from commbench.trace.reader import RankTrace, read_job
+from commbench.trace.stats import Stats, compute
+
+
+@dataclass
+class Job:
+    traces: list[RankTrace]
+    world: int
+    ops: dict[int, list[CommOp]]
+    attribution: Attribution
+    stats: Stats
+    head: dict = field(default_factory=dict)
+
+    @property
+    def ops_flat(self) -> list[CommOp]:
+        return [o for r in sorted(self.ops) for o in self.ops[r]]
+
+
+def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
+    traces = read_job(paths)
+    notes: list[str] = []
+    world = next((t.world for t in traces if t.world is not None), None)
+    if world is None:
+        if layout is None:
+            raise UsageError(f"{traces[0].path}: no distributedInfo (rank, world size, "
+                             "process groups) and no --layout: give --layout tp=N,...")  # fmt: skip
+        world = len(traces)
+        notes.append(f"no distributedInfo: world taken as the {world} trace(s) given")
+    ops = {(t.rank if t.rank is not None else 0): extract(t) for t in traces}
+    if step is not None and not any(o.step == step for r in ops.values() for o in r):
+        raise UsageError(f"--step {step}: no ProfilerStep#{step} with communication in "
+                         f"{traces[0].path}{' ...' if len(traces) > 1 else ''}")  # fmt: skip
+    unmatched = any(o.group_ranks is None and o.source != "kernel" for r in ops.values() for o in r)
+    if unmatched:
+        groups = {r: [g for _, g in t.groups] for r, t in zip(ops, traces)}
+        order = {
+            r: {tuple(sorted(g)): int(n) if n.isdigit() else i for i, (n, g) in reversed(list(enumerate(t.groups)))}
+            for r, t in zip(ops, traces)
+        }
+        m = match_groups(ops, groups, world, order)
+        for op, alts in m.open_ops[:5]:
+            notes.append(f"rank {op.rank} op {op.seq} ({op.op}): group open between "
+                         + " and ".join(str(list(a)) for a in alts))  # fmt: skip
+        if len(m.open_ops) > 5:
+            notes.append(f"... {len(m.open_ops) - 5} more ops with their group open")
+        if m.unmatched:
+            notes.append(f"{len(m.unmatched)} gloo ops matched no group (a rank's trace missing?)")
+        if len(traces) < world:
+            notes.append(f"{len(traces)} of {world} ranks traced: groups matched on those only")
+    if any(o.bytes is None for r in ops.values() for o in r):
+        notes.append("sizes unknown for ops without record_param_comms metadata (older PyTorch)")
+    flat = [o for r in ops.values() for o in r]
+    attribution = attribute(flat, world, layout)
+    if attribution.how == "inferred":
+        alt = f"; also fits: {', '.join(attribution.alternatives)}" if attribution.alternatives else ""
+        notes.append(f"layout inferred from the groups seen: {attribution.layout.label()}{alt} "  # type: ignore[union-attr]
+                     "(--layout to choose)")  # fmt: skip
+    for g in attribution.unexplained[:3]:
+        notes.append(f"group {list(g)} fits no layout of this world: its ops have no axis")
+    if not any(o.group_ranks for o in flat) and flat:
+        notes.append("no process-group ranks in the trace: axes unknown")
+    stats = compute(traces, ops, step)
+    head = {
+        "files": len(traces),
+        "world": world,
+        "backend": next((t.backend for t in traces if t.backend), None),
+        "layout": attribution.layout.label() if attribution.layout else None,
+        "layout_how": attribution.how,
+        "notes": notes,
+    }
+    return Job(traces, world, ops, attribution, stats, head)
