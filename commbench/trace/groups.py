@@ -40,9 +40,11 @@ def _candidates(rank: int, groups: dict[int, list[tuple[int, ...]]], world: int)
 def match_groups(
     ops: dict[int, list[CommOp]], groups: dict[int, list[tuple[int, ...]]], world: int,
     pg_order: dict[int, dict[tuple[int, ...], int]],
+    pools: dict[int, dict[object, tuple[int, ...]]] | None = None,
 ) -> Matching:  # fmt: skip
     """Give every op without group_ranks its group (in place). `groups`: each traced rank's
-    groups (pg_config); `pg_order`: each group's creation number per rank."""
+    groups (pg_config); `pg_order`: each group's creation number per rank; `pools`: per rank,
+    the group each gloo worker thread's pool likely serves (pool_hints), a tie-breaker."""
     todo = {r: [o for o in rops if o.group_ranks is None] for r, rops in ops.items()}
     traced = set(todo)
     solutions: list[dict[tuple[int, int], tuple[int, ...]]] = []
@@ -119,8 +121,12 @@ def match_groups(
     result = Matching(searched_out=nodes[0] > MAX_NODES)
     if not solutions:
         return result
-    def score(s: dict) -> tuple[int, int]:
-        return -len(s), _inversions(s, todo, pg_order)  # the most ops matched, then in order
+    def score(s: dict) -> tuple[int, int, int]:  # the most ops matched, threads in order
+        off = sum(
+            1 for r, rops in todo.items() for o in rops
+            if (hint := (pools or {}).get(r, {}).get(o.exec_tid)) and s.get((r, o.seq)) != hint
+        )  # fmt: skip
+        return -len(s), _inversions(s, todo, pg_order), off
 
     scored = sorted(solutions, key=score)
     ties = [s for s in scored if score(s) == score(scored[0])]
@@ -136,6 +142,15 @@ def match_groups(
             if len(alts) > 1:
                 result.open_ops.append((op, [a for a in alts if a is not None]))
     return result
+
+
+def pool_hints(threads: list[int], pgs: list[tuple[int, ...]]) -> dict[object, tuple[int, ...]]:
+    """Worker threads (sorted ids) cut into pools of GLOO_THREADS, the i-th pool taken as the
+    i-th group this rank joined (pools start as groups are made; a group that never ran
+    leaves no threads, so the guess holds up to the first such group)."""
+    if not threads or len(threads) > GLOO_THREADS * len(pgs):
+        return {}
+    return {t: tuple(sorted(pgs[i // GLOO_THREADS])) for i, t in enumerate(threads)}
 
 
 def _fits(bind: dict, rank: int, op: CommOp, g: tuple[int, ...], order: dict | None) -> bool:

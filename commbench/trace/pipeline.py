@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from commbench.errors import UsageError
 from commbench.trace.axes import Attribution, attribute
-from commbench.trace.groups import match_groups
+from commbench.trace.groups import match_groups, pool_hints
 from commbench.trace.ops import CommOp, extract
 from commbench.trace.reader import RankTrace, read_job
 from commbench.trace.stats import Stats, compute
@@ -48,7 +48,8 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
             r: {tuple(sorted(g)): int(n) if n.isdigit() else i for i, (n, g) in reversed(list(enumerate(t.groups)))}
             for r, t in zip(ops, traces)
         }
-        m = match_groups(ops, groups, world, order)
+        pools = {r: pool_hints(t.gloo_threads, groups[r]) for r, t in zip(ops, traces)}
+        m = match_groups(ops, groups, world, order, pools)
         for op, alts in m.open_ops[:5]:
             notes.append(f"rank {op.rank} op {op.seq} ({op.op}): group open between "
                          + " and ".join(str(list(a)) for a in alts))  # fmt: skip

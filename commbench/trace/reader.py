@@ -51,6 +51,7 @@ class RankTrace:
     events: list[Event] = field(default_factory=list)
     nccl_version: str | None = None
     host: str | None = None
+    gloo_threads: list[int] = field(default_factory=list)  # pt_gloo_runloop thread ids, sorted
 
     @property
     def label(self) -> str:
@@ -133,6 +134,11 @@ def read_trace(path: Path) -> RankTrace:
                   ts, dur, args)  # fmt: skip
         )
     events.sort(key=lambda ev: (ev.ts, -ev.dur))
+    gloo_threads = sorted({
+        e["tid"] for e in doc["traceEvents"]
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name"
+        and isinstance(e.get("tid"), int) and "pt_gloo_runloop" in str((e.get("args") or {}).get("name"))
+    })  # fmt: skip
     rank, world = info.get("rank"), info.get("world_size")
     return RankTrace(
         str(path),
@@ -143,6 +149,7 @@ def read_trace(path: Path) -> RankTrace:
         events,
         info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None,
         doc.get("host_name") if isinstance(doc.get("host_name"), str) else None,
+        gloo_threads,
     )
 
 
