@@ -49,7 +49,7 @@ def link_class(op: CommOp, nodes: tuple[int, ...]) -> str:
 
 def predict_us(op: CommOp, cal: Calibration, nodes: tuple[int, ...]) -> float | None:
     """The calibration's time for the same op, size, group size and placement, or None."""
-    if op.bytes is None or not op.group_ranks or op.op not in cal.ops:
+    if op.bytes is None or not op.group_ranks:
         return None
     try:
         got = cal.explain(op.op, op.bytes, len(op.group_ranks), link_class(op, nodes),
