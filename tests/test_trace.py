@@ -76,7 +76,9 @@ def logged(out: Path, part: str) -> dict[int, list]:
                 for op in step] for r in range(4)}  # fmt: skip
 
 
-@pytest.mark.parametrize("part, layout", [("tpdp", "tp2-cp1-ep2-dp2-pp1"), ("pp", "tp1-cp1-dp2-pp2")])
+@pytest.mark.parametrize(
+    "part, layout", [("tpdp", "tp2-cp1-ep2-dp2-pp1"), ("pp", "tp1-cp1-dp2-pp2")]
+)
 def test_gloo_job_ops_land_on_their_true_groups_and_axes(gloo_job, part, layout):
     job = analyse([str(gloo_job / part)], None, None)
     assert job.head["layout"] == layout and job.head["layout_how"] == "inferred"

@@ -14,8 +14,8 @@ import itertools
 from dataclasses import dataclass
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.trace.ops import P2P, CommOp
+from commbench.traffic.layout import Axis, ParallelLayout
 
 FRAMEWORKS = ("megatron", "torchtitan")
 AXES = (Axis.TP, Axis.CP, Axis.DP, Axis.EDP, Axis.EP, Axis.PP)
@@ -38,7 +38,7 @@ def parse_layout(text: str, world: int) -> ParallelLayout:
         if name.strip() not in ("tp", "cp", "ep", "dp", "pp") or not value.strip().isdigit():
             raise UsageError(f"--layout: {part!r} is not AXIS=N (axes tp, cp, ep, dp, pp)")
         degrees[name.strip()] = int(value)
-    return ParallelLayout(world, **degrees)
+    return ParallelLayout(world, **degrees)  # type: ignore[arg-type]
 
 
 def axis_groups(layout: ParallelLayout) -> dict[tuple[int, ...], list[str]]:
@@ -129,7 +129,8 @@ def attribute(ops: list[CommOp], world: int, layout_text: str | None) -> Attribu
     else:
         found, others = infer(ops, world)
         if found is None:
-            return Attribution(None, "none", [], sorted({o.group_ranks for o in ops if o.group_ranks}))  # type: ignore[misc]
+            seen = sorted({o.group_ranks for o in ops if o.group_ranks is not None})
+            return Attribution(None, "none", [], seen)
         layout, how, alts = found, "inferred", [o.label() for o in others]
     table = axis_groups(layout)
     unexplained = []

@@ -88,13 +88,15 @@ def findings(ctx: Context) -> list[str]:
             )
     out += _bubble(ctx)
     for axis in GRADIENT_AXES:
-        tot = st.axes.get(axis)
-        if tot and tot.time_us > 0 and st.step_us > 0:
-            frac, of_step = tot.exposed_us / tot.time_us, tot.exposed_us / st.step_us
+        grad = st.axes.get(axis)
+        if grad is None:
+            continue
+        if grad.time_us > 0 and st.step_us > 0:
+            frac, of_step = grad.exposed_us / grad.time_us, grad.exposed_us / st.step_us
             if frac > EXPOSED_FRACTION and of_step > EXPOSED_STEP_SHARE:
                 out.append(
                     f"gradient traffic exposed: {100 * frac:.0f}% of {axis}'s "
-                    f"{tot.time_us / 1e3:.1f} ms runs with no compute beside it "
+                    f"{grad.time_us / 1e3:.1f} ms runs with no compute beside it "
                     f"({100 * of_step:.0f}% of the step): overlap it with backward "
                     "(bucketing, FSDP prefetch) or shrink dp"
                 )
@@ -142,8 +144,11 @@ def _latency_bound(ctx: Context) -> list[str]:
     if not small:
         return []
     o, per_peer = small[0]
-    why = "doubling it costs < 1.5x by the calibration" if ctx.calibration else (
-        f"< {format_size(LATENCY_PEER_BYTES)} a peer")
+    why = (
+        "doubling it costs < 1.5x by the calibration"
+        if ctx.calibration
+        else (f"< {format_size(LATENCY_PEER_BYTES)} a peer")
+    )
     return [
         f"EP all-to-alls latency-bound: {len(small)} of {len(a2a)} move "
         f"{format_size(o.bytes or 0)} ({format_size(int(per_peer))} a peer; {why}): "

@@ -121,6 +121,7 @@ def match_groups(
     result = Matching(searched_out=nodes[0] > MAX_NODES)
     if not solutions:
         return result
+
     def score(s: dict) -> tuple[int, int, int]:  # the most ops matched, threads in order
         off = sum(
             1 for r, rops in todo.items() for o in rops

@@ -41,7 +41,16 @@ KERNEL_OPS = {
     "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "sendrecv", "Send": "sendrecv",
     "Recv": "sendrecv", "AllToAll": "alltoall",
 }  # fmt: skip
-ALGORITHMS = ("COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "COLLNET", "NVLS", "RING", "TREE", "PAT")
+ALGORITHMS = (
+    "COLLNET_DIRECT",
+    "COLLNET_CHAIN",
+    "NVLS_TREE",
+    "COLLNET",
+    "NVLS",
+    "RING",
+    "TREE",
+    "PAT",
+)
 PROTOCOLS = ("LL128", "LL", "SIMPLE")
 TYPE_NAMES = {
     "float": "float32", "f32": "float32", "half": "float16", "f16": "float16", "__half": "float16",
@@ -246,8 +255,7 @@ def _from_kernels(rank: int, events: list[Event], kernels: list[Event]) -> list[
 def _c10d_bytes(op: str, args: dict) -> tuple[int | None, int | None]:
     """(elements S counts, p2p peer) of a c10d operator from its `Input Dims`."""
     dims = args.get("Input Dims") or []
-    counts = [_nelems(d) for d in dims[:2]]
-    counts = [c for c in counts if c is not None]
+    counts = [c for d in dims[:2] if (c := _nelems(d)) is not None]
     if not counts:
         return None, None
     n = counts[-1] if op in ("alltoall", "alltoallv") and len(counts) > 1 else max(counts)
@@ -275,7 +283,9 @@ def _from_c10d(rank: int, events: list[Event]) -> list[CommOp]:
         if op is None:
             continue
         n, peer = _c10d_bytes(op, e.args)
-        if op == "alltoall" and any(c not in ("", "[]") for c in (e.args.get("Concrete Inputs") or [])[3:5]):
+        if op == "alltoall" and any(
+            c not in ("", "[]") for c in (e.args.get("Concrete Inputs") or [])[3:5]
+        ):
             op = "alltoallv"
         run = next((i for i, x in enumerate(execs) if i not in taken and x.ts >= e.ts), None)
         x = execs[run] if run is not None else None

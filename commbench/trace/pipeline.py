@@ -45,7 +45,10 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
     if unmatched:
         groups = {r: [g for _, g in t.groups] for r, t in zip(ops, traces)}
         order = {
-            r: {tuple(sorted(g)): int(n) if n.isdigit() else i for i, (n, g) in reversed(list(enumerate(t.groups)))}
+            r: {
+                tuple(sorted(g)): int(n) if n.isdigit() else i
+                for i, (n, g) in reversed(list(enumerate(t.groups)))
+            }
             for r, t in zip(ops, traces)
         }
         pools = {r: pool_hints(t.gloo_threads, groups[r]) for r, t in zip(ops, traces)}
@@ -64,7 +67,11 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
     flat = [o for r in ops.values() for o in r]
     attribution = attribute(flat, world, layout)
     if attribution.how == "inferred":
-        alt = f"; also fits: {', '.join(attribution.alternatives)}" if attribution.alternatives else ""
+        alt = (
+            f"; also fits: {', '.join(attribution.alternatives)}"
+            if attribution.alternatives
+            else ""
+        )
         notes.append(f"layout inferred from the groups seen: {attribution.layout.label()}{alt} "  # type: ignore[union-attr]
                      "(--layout to choose)")  # fmt: skip
     for g in attribution.unexplained[:3]:

@@ -128,10 +128,17 @@ def read_trace(path: Path) -> RankTrace:
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args: dict = e["args"] if isinstance(e.get("args"), dict) else {}
         events.append(
-            Event(str(e.get("name", "")), str(e.get("cat", "")), e.get("pid"), e.get("tid"),
-                  ts, dur, args)  # fmt: skip
+            Event(
+                str(e.get("name", "")),
+                str(e.get("cat", "")),
+                e.get("pid"),
+                e.get("tid"),
+                ts,
+                dur,
+                args,
+            )  # fmt: skip
         )
     events.sort(key=lambda ev: (ev.ts, -ev.dur))
     gloo_threads = sorted({
