@@ -22,7 +22,9 @@ from commbench.errors import UsageError
 from commbench.ops import OPS, canonical_op
 from commbench.results.rundir import Run, read_run
 
-OP_KINDS = ("collective", "step")  # records of one measured op (suite points are Programs)
+# records of one op (suite points are Programs); `trace`: an op of a profiled job
+# (`commbench trace --results`), so a calibration is scored in-job against the microbenchmark
+OP_KINDS = ("collective", "step", "trace")
 SCHEMA = "commbench.calibration.op_accuracy/1"
 ROW_KEYS = (
     "run_id", "kind", "op", "backend", "dtype", "link_class", "group_size", "nodes", "timing",
@@ -43,7 +45,7 @@ def op_records(run: Run) -> list[dict]:
         t = rec.get("time_us")
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0:
             continue
-        if (rec.get("wrong") or 0) > 0:
+        if (rec.get("wrong") or 0) > 0 or rec.get("sized") is False:
             continue
         out.append(rec)
     return out

@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
                    help="ranks per node (default: the traces' host names)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="also write a run directory (kind trace records) for report/validate")  # fmt: skip
+    p.add_argument("--run-id", default=None, help="name the run directory")
     p.add_argument("--emit-suite", default=None, metavar="FILE",
                    help="write a suite replaying the traced ops (commbench suite FILE)")  # fmt: skip
 
@@ -74,6 +77,12 @@ def main(args: argparse.Namespace) -> int:
         n, skipped = output.write_suite(args.emit_suite, job.ops_flat, job.world, args.paths[0])
         job.head["notes"].append(f"suite {args.emit_suite}: {n} runs"
                                  + (f", {len(skipped)} ops left out (size or group unknown)" if skipped else ""))  # fmt: skip
+    if args.results:
+        from commbench.trace.records import write_run
+
+        path = write_run(args.results, args.run_id, job.ops_flat, job.stats, job.head, found,
+                         nodes)  # fmt: skip
+        job.head["notes"].append(f"records: {path}")
     if args.json:
         print(json.dumps(output.as_json(job.ops_flat, job.stats, job.head, found), indent=1))
     else:

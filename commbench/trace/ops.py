@@ -88,6 +88,7 @@ class CommOp:
     cpu_tid: object = None  # the thread that issued it
     axis: str | None = None
     predicted_us: float | None = None  # a calibration's time for the same op (--calibration)
+    exposed_us: float | None = None  # the part of its time with no compute beside it (stats)
     notes: list[str] = field(default_factory=list)
 
     @property

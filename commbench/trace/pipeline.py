@@ -81,6 +81,7 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
     stats = compute(traces, ops, step)
     head = {
         "files": len(traces),
+        "paths": list(paths),
         "world": world,
         "backend": next((t.backend for t in traces if t.backend), None),
         "layout": attribution.layout.label() if attribution.layout else None,

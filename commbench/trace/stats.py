@@ -109,6 +109,8 @@ class Stats:
     exposed_us: float = 0.0
     steps: list[int] = field(default_factory=list)
     skew: list[dict] = field(default_factory=list)  # per collective instance seen on >1 rank
+    windows: dict[tuple[int, int], Span] = field(default_factory=dict)  # (rank, step) -> span
+    compute: dict[tuple[int, int], list[Span]] = field(default_factory=dict)  # clipped to it
 
     @property
     def comm_share(self) -> float | None:
@@ -149,13 +151,15 @@ def compute(traces: list[RankTrace], ops: dict[int, list[CommOp]], step: int | N
             end = max([b] + [o.end_us for o in mine])
             comm = union([(o.start_us, o.end_us) for o in mine])
             cut = [(c, d) for c, d in compute_u if d > a and c < end]
+            st.windows[(rank, n)] = (a, end)
+            st.compute[(rank, n)] = [(max(c, a), min(d, end)) for c, d in cut]
             st.step_us += end - a
             st.comm_us += length(comm)
             st.exposed_us += length(minus(comm, cut))
             if n >= 0 and n not in st.steps:
                 st.steps.append(n)
             for o in mine:
-                exposed = length(minus([(o.start_us, o.end_us)], cut))
+                exposed = o.exposed_us = length(minus([(o.start_us, o.end_us)], cut))
                 _add(st.axes.setdefault(o.axis or "unknown", AxisTotals()), o, exposed)
                 key = (o.axis or "unknown", o.phase or "unknown")
                 _add(st.phases.setdefault(key, AxisTotals()), o, exposed)
