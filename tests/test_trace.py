@@ -200,3 +200,40 @@ def test_bad_input_is_one_message_exit_2(tmp_path, gloo_job):
                        {"backend": "nccl", "rank": 0, "world_size": 1})  # fmt: skip
     got = run_single("trace", str(quiet))
     assert got.returncode == 0 and "no communication" in got.stdout
+
+
+def test_results_run_is_schema_valid_and_drawn_by_report(gloo_job, tmp_path):
+    import jsonschema
+
+    res = tmp_path / "results"
+    got = run_single("trace", str(gloo_job / "tpdp"), "--results", str(res), "--run-id", "job")
+    assert got.returncode == 0, got.output
+    schema = json.loads((REPO / "commbench" / "schemas" / "record.schema.json").read_text())
+    records = [
+        json.loads(line) for line in (res / "job" / "records.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 4 * 2 * 7  # 4 ranks x 2 steps x 7 ops
+    for rec in records:
+        jsonschema.validate(rec, schema)
+    assert {r["axis"] for r in records} == {"tp", "dp", "ep", "world"}
+    spans = json.loads((res / "job" / "trace.json").read_text())
+    assert spans["step"] == 1 and set(spans["ranks"]) == {"0", "1", "2", "3"}
+    out = tmp_path / "report"
+    rep = run_single("report", str(res / "job"), "-o", str(out), "--no-fit")
+    assert rep.returncode == 0, rep.output
+    html = (out / "index.html").read_text()
+    assert "Traced jobs: one step by axis" in html and "trace-1.png" in html
+    assert "finding: gradient traffic exposed" in html
+    assert (out / "figures" / "trace-1.png").stat().st_size > 10_000
+
+
+def test_validate_scores_a_calibration_against_in_job_ops(tmp_path):
+    path = real("hta_2gpu_allreduce_broadcast_rank0.json.gz")
+    res = tmp_path / "results"
+    got = run_single("trace", str(path), "--results", str(res), "--run-id", "gpu2")
+    assert got.returncode == 0, got.output
+    val = run_single("validate", "--calibration", str(CAL), str(res / "gpu2"), "--json")
+    assert val.returncode == 0, val.output
+    rows = json.loads(val.stdout)["rows"]
+    assert len(rows) == 21 and {r["kind"] for r in rows} == {"trace"}
+    assert all(r["status"] == "ok" and r["measured_s"] > 0 for r in rows)
