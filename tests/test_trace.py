@@ -237,3 +237,52 @@ def test_validate_scores_a_calibration_against_in_job_ops(tmp_path):
     rows = json.loads(val.stdout)["rows"]
     assert len(rows) == 21 and {r["kind"] for r in rows} == {"trace"}
     assert all(r["status"] == "ok" and r["measured_s"] > 0 for r in rows)
+
+
+def _inspector_line(comm, rank, n, host, pid, coll, sn, size, us, ts):
+    return json.dumps({
+        "header": {"id": comm, "rank": rank, "n_ranks": n, "nnodes": 1},
+        "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "",
+                     "rec_mechanism": "nccl_profiler_interface", "dump_timestamp_us": ts,
+                     "hostname": host, "pid": pid},
+        "coll_perf": {"coll": coll, "coll_sn": sn, "coll_msg_size_bytes": size,
+                      "coll_exec_time_us": us, "coll_timing_source": "kernel_gpu",
+                      "coll_algobw_gbs": 1.0, "coll_busbw_gbs": 1.0,
+                      "event_trace_ts": {"coll_start_ts": ts, "coll_stop_ts": ts + us}},
+    })  # fmt: skip
+
+
+def test_nccl_inspector_logs_give_groups_sizes_and_axes(tmp_path):
+    """4 processes, the world communicator and tp communicators {0,1} {2,3} (process order
+    differs from world rank order): each file one process, as the plugin writes them."""
+    world_rank = {0: 2, 1: 0, 2: 3, 3: 1}  # file -> world rank
+    for f, r in world_rank.items():
+        tp, tp_rank = ("0xaa", r) if r < 2 else ("0xbb", r - 2)
+        lines = [
+            _inspector_line("0xw", r, 4, "h", 100 + f, "AllReduce", 1, 4096, 50, 1000),
+            _inspector_line(tp, tp_rank, 2, "h", 100 + f, "AllGather", 1, 1024, 20, 1100),
+            _inspector_line(tp, tp_rank, 2, "h", 100 + f, "ReduceScatter", 2, 512, 20, 1200),
+        ]
+        (tmp_path / f"proc{f}.log").write_text("\n".join(lines) + "\n")
+    inferred = analyse([str(tmp_path)], None, None)
+    assert inferred.head["layout_how"] == "inferred"  # contiguous pairs: tp2, or dp2 with pp2
+    assert any("also fits" in n for n in inferred.head["notes"]), inferred.head["notes"]
+    job = analyse([str(tmp_path)], "tp=2", None)
+    assert job.world == 4 and sorted(job.ops) == [0, 1, 2, 3]
+    ag = next(o for o in job.ops[3] if o.op == "allgather")
+    assert ag.group_ranks == (2, 3) and ag.bytes == 2 * 1024 and ag.axis == "tp"
+    rs = next(o for o in job.ops[0] if o.op == "reduce_scatter")
+    assert rs.group_ranks == (0, 1) and rs.bytes == 2 * 512
+    ar = job.ops[1][0]
+    assert (ar.op, ar.bytes, ar.group_ranks, ar.duration_us) == (
+        "allreduce",
+        4096,
+        (0, 1, 2, 3),
+        50,
+    )
+    assert job.head["layout"] == "tp2-cp1-dp2-pp1"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "p.log").write_text(_inspector_line("0xw", 0, 2, "h", 1, "AllReduce", 1, 8, 1, 1)[:-20])
+    got = run_single("trace", str(bad))
+    assert got.returncode == 2 and "p.log" in got.stderr, got.output

@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commbench.errors import UsageError
+from commbench.trace import inspector
 from commbench.trace.axes import Attribution, attribute
 from commbench.trace.groups import match_groups, pool_hints
 from commbench.trace.ops import CommOp, extract
-from commbench.trace.reader import RankTrace, read_job
+from commbench.trace.reader import RankTrace, read_job, trace_files
 from commbench.trace.stats import Stats, compute
 
 
@@ -28,10 +29,19 @@ class Job:
 
 
 def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
+    files = trace_files(paths)
+    if files and all(inspector.is_inspector(f) for f in files):
+        if step is not None:
+            raise UsageError(f"--step {step}: NCCL Inspector logs ({files[0]}) mark no steps")
+        traces, ops, world = inspector.read(files)
+        return _finish(traces, ops, world, layout, step, paths, ["NCCL Inspector logs: no "
+                       "dtype, algorithm, protocol, steps or compute (shares are of the ops' span)"])  # fmt: skip
     traces = read_job(paths)
     notes: list[str] = []
-    world = next((t.world for t in traces if t.world is not None), None)
-    if world is None:
+    found = next((t.world for t in traces if t.world is not None), None)
+    if found is not None:
+        world = found
+    else:
         if layout is None:
             raise UsageError(f"{traces[0].path}: no distributedInfo (rank, world size, "
                              "process groups) and no --layout: give --layout tp=N,...")  # fmt: skip
@@ -62,6 +72,11 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
             notes.append(f"{len(m.unmatched)} gloo ops matched no group (a rank's trace missing?)")
         if len(traces) < world:
             notes.append(f"{len(traces)} of {world} ranks traced: groups matched on those only")
+    return _finish(traces, ops, world, layout, step, paths, notes)
+
+
+def _finish(traces: list[RankTrace], ops: dict[int, list[CommOp]], world: int,
+            layout: str | None, step: int | None, paths: list[str], notes: list[str]) -> Job:  # fmt: skip
     if any(o.bytes is None for r in ops.values() for o in r):
         notes.append("sizes unknown for ops without record_param_comms metadata (older PyTorch)")
     flat = [o for r in ops.values() for o in r]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from commbench.errors import UsageError
 
-SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz", ".jsonl", ".log")
 
 
 @dataclass(frozen=True)
