@@ -234,6 +234,9 @@ def test_validate_scores_a_calibration_against_in_job_ops(tmp_path):
     assert got.returncode == 0, got.output
     val = run_single("validate", "--calibration", str(CAL), str(res / "gpu2"), "--json")
     assert val.returncode == 0, val.output
+    doc = json.loads(run_single("trace", str(path), "--json", "--calibration", str(CAL)).stdout)
+    cal = doc["calibration"]
+    assert cal["ops_rated"] == 21 and cal["step_traced_us"] > cal["step_predicted_us"] > 0
     rows = json.loads(val.stdout)["rows"]
     assert len(rows) == 21 and {r["kind"] for r in rows} == {"trace"}
     assert all(r["status"] == "ok" and r["measured_s"] > 0 for r in rows)

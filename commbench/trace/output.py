@@ -43,7 +43,32 @@ def as_json(ops: list[CommOp], st: Stats, head: dict, findings: list[str]) -> di
         "comm_share": None if st.comm_share is None else round(st.comm_share, 6),
         "exposed_share": None if st.exposed_share is None else round(st.exposed_share, 6),
         "skew": st.skew[:20],
+        "calibration": calibration_summary(ops),
         "findings": findings,
+    }
+
+
+def calibration_summary(ops: list[CommOp]) -> dict | None:
+    """Each rated op's time as % of its prediction, and the whole step's: the rated ops' times
+    summed per rank and step against their predictions summed (the mean over ranks and
+    steps), as `plan --explain` adds a step's priced ops."""
+    rated = [o for o in ops if o.predicted_us]
+    if not rated:
+        return None
+    pct = sorted(100 * o.duration_us / (o.predicted_us or 1) for o in rated)
+    per: dict[tuple, list[float]] = {}
+    for o in rated:
+        got = per.setdefault((o.rank, o.step), [0.0, 0.0])
+        got[0] += o.duration_us
+        got[1] += o.predicted_us or 0.0
+    n = len(per)
+    return {
+        "ops_rated": len(rated),
+        "median_pct": round(pct[len(pct) // 2], 1),
+        "min_pct": round(pct[0], 1),
+        "max_pct": round(pct[-1], 1),
+        "step_traced_us": round(sum(v[0] for v in per.values()) / n, 3),
+        "step_predicted_us": round(sum(v[1] for v in per.values()) / n, 3),
     }
 
 
@@ -69,11 +94,14 @@ def text(ops: list[CommOp], st: Stats, head: dict, findings: list[str]) -> str:
         s = st.skew[0]
         lines.append(f"# most skewed: {s['op']} on {s['axis']} group {s['group_ranks']}: rank "
                      f"{s['slowest_rank']} started {s['skew_us']:.0f} us after the first")  # fmt: skip
-    rated = [o for o in ops if o.predicted_us]
-    if rated:
-        pct = sorted(100 * o.duration_us / (o.predicted_us or 1) for o in rated)
-        lines.append(f"# calibration: {len(rated)} ops rated, median {pct[len(pct) // 2]:.0f}% "
-                     f"of the predicted time (min {pct[0]:.0f}%, max {pct[-1]:.0f}%)")  # fmt: skip
+    cal = calibration_summary(ops)
+    if cal:
+        lines.append(
+            f"# calibration: {cal['ops_rated']} ops rated, median {cal['median_pct']:.0f}% of the "
+            f"predicted time (min {cal['min_pct']:.0f}%, max {cal['max_pct']:.0f}%); a step's "
+            f"rated ops take {cal['step_traced_us'] / 1e3:.3f} ms against "
+            f"{cal['step_predicted_us'] / 1e3:.3f} ms predicted (per rank and step, summed)"
+        )
     lines += [f"# finding: {f}" for f in findings]
     if not findings:
         lines.append("# no finding: nothing on the checklist fired")
