@@ -217,7 +217,7 @@ def test_results_run_is_schema_valid_and_drawn_by_report(gloo_job, tmp_path):
         jsonschema.validate(rec, schema)
     assert {r["axis"] for r in records} == {"tp", "dp", "ep", "world"}
     spans = json.loads((res / "job" / "trace.json").read_text())
-    assert spans["step"] == 1 and set(spans["ranks"]) == {"0", "1", "2", "3"}
+    assert spans["profiler_step"] == 1 and set(spans["ranks"]) == {"0", "1", "2", "3"}
     out = tmp_path / "report"
     rep = run_single("report", str(res / "job"), "-o", str(out), "--no-fit")
     assert rep.returncode == 0, rep.output

@@ -53,8 +53,9 @@ def traced_jobs(runs: list[Run]) -> tuple[list[TracedJob], list[str]]:
             spans = json.loads((run.path / TIMELINE).read_text())
         except (OSError, ValueError):
             notes.append(f"{run.path.name}: no readable {TIMELINE}: its timeline has no compute")
-            spans = {"step": recs[0].step if recs[0].step is not None else -1, "ranks": {}}
-        job = TracedJob(run.path.name, run.meta, recs, int(spans.get("step", -1)))
+            first = recs[0].step if recs[0].step is not None else -1
+            spans = {"profiler_step": first, "ranks": {}}
+        job = TracedJob(run.path.name, run.meta, recs, int(spans.get("profiler_step", -1)))
         for rank, got in (spans.get("ranks") or {}).items():
             job.windows[int(rank)] = float(got["window_us"])
             job.compute[int(rank)] = [(float(a), float(b)) for a, b in got["compute_us"]]

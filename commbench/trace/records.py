@@ -74,7 +74,7 @@ def write_run(root: str, run_id: str | None, ops: list[CommOp], st: Stats, head:
                     "window_us": round(b - a, 3),
                     "compute_us": [[round(c - a, 3), round(d - a, 3)] for c, d in st.compute[(rank, n)]],
                 }  # fmt: skip
-        write_json_atomic(w.path / TIMELINE, {"step": drawn, "ranks": ranks})
+        write_json_atomic(w.path / TIMELINE, {"profiler_step": drawn, "ranks": ranks})
     except BaseException as e:
         w.finish("failed", f"{type(e).__name__}: {e}")
         raise
