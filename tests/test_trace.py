@@ -289,3 +289,25 @@ def test_nccl_inspector_logs_give_groups_sizes_and_axes(tmp_path):
     (bad / "p.log").write_text(_inspector_line("0xw", 0, 2, "h", 1, "AllReduce", 1, 8, 1, 1)[:-20])
     got = run_single("trace", str(bad))
     assert got.returncode == 2 and "p.log" in got.stderr, got.output
+
+
+def test_device_mesh_names_the_axis_of_a_whole_world_group(tmp_path):
+    """A 1-D TP mesh over the whole world reuses the default group's ranks: the groups alone
+    read dp (tp said to fit as well); DeviceMesh's `mesh_tp` description names it tp."""
+    from commbench.trace.axes import mesh_axis
+
+    assert [mesh_axis(d) for d in ("mesh_tp", "mesh_dp_shard", "mesh_cp", "default_pg")] == [
+        "tp", "dp", "cp", None]  # fmt: skip
+    rpc = {"Collective name": "allreduce", "In msg nelems": 8, "Out msg nelems": 8,
+           "dtype": "Float", "Process Group Ranks": "[0, 1]", "External id": 1}  # fmt: skip
+    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1]}]
+    plain = _synthetic(tmp_path / "plain.json", [X("record_param_comms", 0, 5, **rpc)],
+                       {"backend": "nccl", "rank": 0, "world_size": 2, "pg_config": pgs})  # fmt: skip
+    job = analyse([str(plain)], None, None)
+    assert job.ops_flat[0].axis == "dp"
+    assert any("also fits: tp2" in n for n in job.head["notes"]), job.head["notes"]
+    pgs = pgs + [{"pg_name": "1", "pg_desc": "mesh_tp", "ranks": [0, 1]}]
+    named = _synthetic(tmp_path / "named.json", [X("record_param_comms", 0, 5, **rpc)],
+                       {"backend": "nccl", "rank": 0, "world_size": 2, "pg_config": pgs})  # fmt: skip
+    job = analyse([str(named)], None, None)
+    assert job.ops_flat[0].axis == "tp" and job.head["layout"] == "tp2-cp1-dp1-pp1"

@@ -77,13 +77,28 @@ def axis_of(op: CommOp, table: dict[tuple[int, ...], list[str]], world: int) -> 
     return None
 
 
-def _fit_penalty(ops: list[CommOp], table: dict, world: int) -> int | None:
+def mesh_axis(desc: object) -> str | None:
+    """The axis a DeviceMesh group's description names (`mesh_tp`, `mesh_dp_shard` -> dp):
+    torch's init_device_mesh calls each dimension's group `mesh_<dim name>`."""
+    if not isinstance(desc, str) or not desc.startswith("mesh_"):
+        return None
+    name = desc[len("mesh_") :]
+    for axis in ("tp", "cp", "pp", "ep"):
+        if name == axis or name.startswith(axis + "_"):
+            return axis
+    return "dp" if name.startswith(("dp", "fsdp", "hsdp")) else None
+
+
+def _fit_penalty(ops: list[CommOp], table: dict, world: int, named: dict) -> int | None:
     """None if some group is not one of the layout's; else how unlikely the names are."""
     penalty = 0
     for op in ops:
         axis = axis_of(op, table, world)
         if axis is None:
             return None
+        want = named.get(tuple(sorted(op.group_ranks or ())))
+        if want is not None and want != axis and not (want == "dp" and axis == "edp"):
+            penalty += 2  # the mesh named this group otherwise
         if op.op in ALLTOALL and axis != "ep":
             penalty += 1
         if (op.op == P2P) != (axis == "pp"):
@@ -93,7 +108,9 @@ def _fit_penalty(ops: list[CommOp], table: dict, world: int) -> int | None:
     return penalty
 
 
-def infer(ops: list[CommOp], world: int) -> tuple[ParallelLayout | None, list[ParallelLayout]]:
+def infer(
+    ops: list[CommOp], world: int, named: dict | None = None
+) -> tuple[ParallelLayout | None, list[ParallelLayout]]:
     """The layouts (Megatron order) that explain every group seen, best first."""
     seen = [o for o in ops if o.group_ranks is not None]
     divisors = [d for d in range(1, world + 1) if world % d == 0]
@@ -102,10 +119,11 @@ def infer(ops: list[CommOp], world: int) -> tuple[ParallelLayout | None, list[Pa
         if world % (tp * cp * pp):
             continue
         dp = world // (tp * cp * pp)
-        for ep in (d for d in divisors if (cp * dp) % d == 0):
+        a2a = any(o.op in ALLTOALL for o in seen)  # no all-to-all: no reason to name an ep
+        for ep in (d for d in divisors if (cp * dp) % d == 0 and (a2a or d == 1)):
             layout = ParallelLayout(world, tp=tp, cp=cp, ep=ep, pp=pp)
             table = axis_groups(layout)
-            penalty = _fit_penalty(seen, table, world)
+            penalty = _fit_penalty(seen, table, world, named or {})
             if penalty is None:
                 continue
             used = {axis_of(o, table, world) for o in seen}
@@ -114,12 +132,17 @@ def infer(ops: list[CommOp], world: int) -> tuple[ParallelLayout | None, list[Pa
     scored.sort(key=lambda x: x[0])
     if not scored:
         return None, []
-    best = [lay for s, lay in scored if s == scored[0][0]]
+    best = [lay for s, lay in scored if s[:2] == scored[0][0][:2]]  # as likely by the groups
     return best[0], best[1:]
 
 
-def attribute(ops: list[CommOp], world: int, layout_text: str | None) -> Attribution:
-    """Set each op's axis; a given layout that leaves a group unexplained is a UsageError."""
+def attribute(
+    ops: list[CommOp], world: int, layout_text: str | None, named: dict | None = None
+) -> Attribution:
+    """Set each op's axis; a given layout that leaves a group unexplained is a UsageError.
+    `named`: group ranks -> axis from DeviceMesh group names (mesh_axis), which win over the
+    layout for their groups (all-to-all on a named dp group stays ep)."""
+    named = named or {}
     if not any(o.group_ranks for o in ops):
         return Attribution(parse_layout(layout_text, world) if layout_text else None,
                            "given" if layout_text else "none", [], [])  # fmt: skip
@@ -127,7 +150,7 @@ def attribute(ops: list[CommOp], world: int, layout_text: str | None) -> Attribu
         layout = parse_layout(layout_text, world)
         how, alts = "given", []
     else:
-        found, others = infer(ops, world)
+        found, others = infer(ops, world, named)
         if found is None:
             seen = sorted({o.group_ranks for o in ops if o.group_ranks is not None})
             return Attribution(None, "none", [], seen)
@@ -136,6 +159,9 @@ def attribute(ops: list[CommOp], world: int, layout_text: str | None) -> Attribu
     unexplained = []
     for op in ops:
         op.axis = axis_of(op, table, world)
+        want = named.get(tuple(sorted(op.group_ranks or ())))
+        if want is not None and not (op.op in ALLTOALL and op.axis == "ep"):
+            op.axis = want
         if op.axis is None and op.group_ranks is not None:
             unexplained.append(tuple(op.group_ranks))
     if unexplained and layout_text:

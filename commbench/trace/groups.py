@@ -79,13 +79,16 @@ def match_groups(
         return out
 
     seen: set = set()
+    total = sum(map(len, todo.values()))
+    complete = [0]
+    partial: dict = {}
 
     def search(pos: dict[int, int], bind: dict, chosen: dict) -> None:
         """Depth first over the group ops that could complete next, on any rank (a rank whose
         next op looks ready may in truth wait for a later one); states met before are skipped,
         so ops of disjoint groups taken in either order are searched once."""
         nodes[0] += 1
-        if nodes[0] > MAX_NODES or len(solutions) >= MAX_SOLUTIONS:
+        if nodes[0] > MAX_NODES or complete[0] >= MAX_SOLUTIONS:
             return
         state = (tuple(sorted(pos.items())), frozenset(bind.items()))
         if state in seen:
@@ -97,11 +100,18 @@ def match_groups(
                 for g, members in options(r, pos, bind):
                     key = (g, tuple(sorted((m, pos[m]) for m in members)))
                     bound = sum((m, todo[m][pos[m]].exec_tid) in bind for m in members)
-                    actions.setdefault(key, (-bound, -len(g), g, members))
-        if not actions:  # done, or stuck: keep the (partial) assignment
-            solutions.append(dict(chosen))
+                    ends = [todo[m][pos[m]].end_us for m in members]
+                    spread = max(ends) - min(ends)
+                    actions.setdefault(key, (-bound, len(g), spread, g, members))
+        if not actions:  # done, or stuck
+            if len(chosen) == total:
+                solutions.append(dict(chosen))
+                complete[0] += 1
+            elif len(chosen) > len(partial):  # the furthest a dead end got, if nothing ends
+                partial.clear()
+                partial.update(chosen)
             return
-        for _, _, g, members in sorted(actions.values(), key=lambda a: a[:2]):
+        for *_, g, members in sorted(actions.values(), key=lambda a: a[:3]):
             new_bind, new_pos, new_chosen = dict(bind), dict(pos), dict(chosen)
             for m in members:
                 op = todo[m][pos[m]]
@@ -113,21 +123,22 @@ def match_groups(
 
     order: dict | None = pg_order
     search({r: 0 for r in todo}, {}, {})
-    if not solutions or len(max(solutions, key=len)) < sum(map(len, todo.values())):
+    if not solutions:
         order = None  # threads not in the groups' order (ids wrapped, pools made lazily)
         nodes[0] = 0
         seen.clear()
         search({r: 0 for r in todo}, {}, {})
     result = Matching(searched_out=nodes[0] > MAX_NODES)
     if not solutions:
-        return result
+        solutions.append(partial)
 
-    def score(s: dict) -> tuple[int, int, int]:  # the most ops matched, threads in order
+    def score(s: dict) -> tuple[int, int, int, float, int]:
         off = sum(
             1 for r, rops in todo.items() for o in rops
             if (hint := (pools or {}).get(r, {}).get(o.exec_tid)) and s.get((r, o.seq)) != hint
         )  # fmt: skip
-        return -len(s), _inversions(s, todo, pg_order), off
+        size = sum(len(g) for g in s.values())  # the smaller groups, all else equal
+        return -len(s), _inversions(s, todo, pg_order), size, _spread(s, todo), off
 
     scored = sorted(solutions, key=score)
     ties = [s for s in scored if score(s) == score(scored[0])]
@@ -147,8 +158,9 @@ def match_groups(
 
 def pool_hints(threads: list[int], pgs: list[tuple[int, ...]]) -> dict[object, tuple[int, ...]]:
     """Worker threads (sorted ids) cut into pools of GLOO_THREADS, the i-th pool taken as the
-    i-th group this rank joined (pools start as groups are made; a group that never ran
-    leaves no threads, so the guess holds up to the first such group)."""
+    i-th group this rank joined (pools start as groups are made). The trace lists only the
+    threads that ran something: a group that never ran shifts the pools after it, so this
+    is the last tie-breaker, after the ends' spread."""
     if not threads or len(threads) > GLOO_THREADS * len(pgs):
         return {}
     return {t: tuple(sorted(pgs[i // GLOO_THREADS])) for i, t in enumerate(threads)}
@@ -174,6 +186,21 @@ def _fits(bind: dict, rank: int, op: CommOp, g: tuple[int, ...], order: dict | N
         for t, h in mine
         if isinstance(t, int) and h in order[rank]
     )
+
+
+def _spread(solution: dict, todo: dict[int, list[CommOp]]) -> float:
+    """How far apart the members of each collective finished, summed (us): the ranks of one
+    collective leave it together, ranks of two independent ones need not."""
+    ends: dict[tuple, list[float]] = {}
+    count: dict[tuple, int] = {}
+    for r, rops in todo.items():
+        for op in rops:
+            g = solution.get((r, op.seq))
+            if g is None or op.op == P2P:
+                continue
+            k = count[(r, g)] = count.get((r, g), -1) + 1
+            ends.setdefault((g, k), []).append(op.end_us)
+    return round(sum(max(e) - min(e) for e in ends.values()), 1)
 
 
 def _inversions(solution: dict, todo: dict[int, list[CommOp]], pg_order: dict) -> int:

@@ -61,6 +61,13 @@ TYPE_NAMES = {
     "unsigned char": "uint8", "signed char": "int8", "bool": "uint8", "byte": "uint8",
 }  # fmt: skip
 EXTRA_SIZES = {"int64": 8, "uint8": 1}
+# the gloo: events each op runs as (gloo has no reduce-scatter of its own: an all-reduce)
+GLOO_RUNS = {
+    "allreduce": ("all_reduce",), "reduce_scatter": ("all_reduce", "reduce_scatter"),
+    "allgather": ("all_gather",), "alltoall": ("all_to_all",), "alltoallv": ("all_to_all",),
+    "broadcast": ("broadcast",), "reduce": ("reduce",), "gather": ("gather",),
+    "scatter": ("scatter",), "sendrecv": ("send", "recv"), "barrier": ("barrier", "all_reduce"),
+}  # fmt: skip
 P2P = "sendrecv"
 
 
@@ -272,7 +279,8 @@ def _c10d_bytes(op: str, args: dict) -> tuple[int | None, int | None]:
 
 def _from_c10d(rank: int, events: list[Event]) -> list[CommOp]:
     """gloo: c10d operators on the issuing threads, each paired with the first later gloo
-    execution event not yet taken (gloo runs a group's work in order on its own threads)."""
+    execution event of its kind not yet taken (gloo runs a group's work in order on its own
+    threads; ops issued at once to two groups may start in either order)."""
     execs = [e for e in events if e.name.startswith("gloo:")]
     taken: set[int] = set()
     ops = []
@@ -288,7 +296,12 @@ def _from_c10d(rank: int, events: list[Event]) -> list[CommOp]:
             c not in ("", "[]") for c in (e.args.get("Concrete Inputs") or [])[3:5]
         ):
             op = "alltoallv"
-        run = next((i for i, x in enumerate(execs) if i not in taken and x.ts >= e.ts), None)
+        names = GLOO_RUNS.get(op, ())
+        run = next(
+            (i for i, x in enumerate(execs)
+             if i not in taken and x.ts >= e.ts and x.name[len("gloo:") :] in names),
+            None,
+        )  # fmt: skip
         x = execs[run] if run is not None else None
         if run is not None:
             taken.add(run)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from commbench.errors import UsageError
 from commbench.trace import inspector
-from commbench.trace.axes import Attribution, attribute
+from commbench.trace.axes import Attribution, attribute, mesh_axis
 from commbench.trace.groups import match_groups, pool_hints
 from commbench.trace.ops import CommOp, extract
 from commbench.trace.reader import RankTrace, read_job, trace_files
@@ -78,9 +78,15 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
 def _finish(traces: list[RankTrace], ops: dict[int, list[CommOp]], world: int,
             layout: str | None, step: int | None, paths: list[str], notes: list[str]) -> Job:  # fmt: skip
     if any(o.bytes is None for r in ops.values() for o in r):
-        notes.append("sizes unknown for ops without record_param_comms metadata (older PyTorch)")
+        n = sum(o.bytes is None for r in ops.values() for o in r)
+        notes.append(f"sizes unknown for {n} ops: no record_param_comms metadata (older PyTorch) "
+                     "or a gloo trace without record_shapes")  # fmt: skip
     flat = [o for r in ops.values() for o in r]
-    attribution = attribute(flat, world, layout)
+    named = {g: a for t in traces for g, d in t.descs.items() if (a := mesh_axis(d))}
+    attribution = attribute(flat, world, layout, named)
+    if named:
+        notes.append("axes named by the DeviceMesh groups: " + ", ".join(
+            f"{list(g)} {a}" for g, a in sorted(named.items())[:6]))  # fmt: skip
     if attribution.how == "inferred":
         alt = (
             f"; also fits: {', '.join(attribution.alternatives)}"

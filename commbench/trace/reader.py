@@ -52,6 +52,7 @@ class RankTrace:
     nccl_version: str | None = None
     host: str | None = None
     gloo_threads: list[int] = field(default_factory=list)  # pt_gloo_runloop thread ids, sorted
+    descs: dict[tuple[int, ...], str] = field(default_factory=dict)  # sorted ranks -> pg_desc
 
     @property
     def label(self) -> str:
@@ -115,11 +116,15 @@ def read_trace(path: Path) -> RankTrace:
     if not isinstance(info, dict):
         raise UsageError(f"{path}: `distributedInfo` is not an object")
     groups = []
+    descs: dict[tuple[int, ...], str] = {}
     for i, pg in enumerate(info.get("pg_config") or ()):
         ranks = _ranks(pg.get("ranks")) if isinstance(pg, dict) else None
         if ranks is None:
             raise UsageError(f"{path}: distributedInfo.pg_config[{i}] has no list of ranks")
         groups.append((str(pg.get("pg_name", i)), ranks))
+        desc = pg.get("pg_desc")
+        if isinstance(desc, str) and desc.startswith("mesh_"):  # a DeviceMesh dimension's
+            descs.setdefault(tuple(sorted(ranks)), desc)
     events = []
     for e in doc["traceEvents"]:
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -157,6 +162,7 @@ def read_trace(path: Path) -> RankTrace:
         info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None,
         doc.get("host_name") if isinstance(doc.get("host_name"), str) else None,
         gloo_threads,
+        descs,
     )
 
 
