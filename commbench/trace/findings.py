@@ -75,8 +75,10 @@ def findings(ctx: Context) -> list[str]:
             f"communication is {100 * share:.0f}% of the step (> {100 * COMM_SHARE:.0f}%; "
             f"exposed {100 * (st.exposed_share or 0):.0f}%): axis {axis} carries "
             f"{100 * tot.time_us / total:.0f}% of it ({tot.count} ops, "
-            f"{tot.time_us / 1e3:.1f} ms): change that split first"
-        )
+            f"{tot.time_us / 1e3:.1f} ms): "
+            + ("change that split first" if axis != "unknown" else
+               "the trace names no process groups (older PyTorch), so no axis")
+        )  # fmt: skip
     if ctx.nodes:
         spans = [o for o in ctx.ops if o.axis == "tp" and link_class(o, ctx.nodes) == "inter"]
         if spans:

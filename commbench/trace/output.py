@@ -88,7 +88,8 @@ def text(ops: list[CommOp], st: Stats, head: dict, findings: list[str]) -> str:
                  f"{'exposed ms':>10} {'busbw GB/s':>10}")  # fmt: skip
     for (axis, phase), t in sorted(st.phases.items()):
         bw = "-" if t.busbw_gbps is None else f"{t.busbw_gbps:.3f}"
-        lines.append(f"{axis:<8} {phase:<10} {t.count:>6} {format_size(t.bytes):>10} "
+        size = format_size(t.bytes) if t.sized else "-"
+        lines.append(f"{axis:<8} {phase:<10} {t.count:>6} {size:>10} "
                      f"{t.time_us / 1e3:>10.3f} {t.exposed_us / 1e3:>10.3f} {bw:>10}")  # fmt: skip
     if st.skew:
         s = st.skew[0]

@@ -85,6 +85,7 @@ class AxisTotals:
     exposed_us: float = 0.0
     bus_bytes: float = 0.0  # sum of S x busbw factor, over the ops whose S is known
     sized_time_us: float = 0.0
+    sized: int = 0  # ops whose S the trace gave
 
     @property
     def busbw_gbps(self) -> float | None:
@@ -93,7 +94,7 @@ class AxisTotals:
     def as_json(self) -> dict:
         return {
             "count": self.count,
-            "bytes": self.bytes,
+            "bytes": self.bytes if self.sized else None,
             "time_us": round(self.time_us, 3),
             "exposed_us": round(self.exposed_us, 3),
             "busbw_gbps": None if self.busbw_gbps is None else round(self.busbw_gbps, 4),
@@ -125,8 +126,10 @@ def _add(t: AxisTotals, op: CommOp, exposed: float) -> None:
     t.count += 1
     t.time_us += op.duration_us
     t.exposed_us += exposed
-    if op.bytes is not None and op.duration_us > 0:
+    if op.bytes is not None:
+        t.sized += 1
         t.bytes += op.bytes
+    if op.bytes is not None and op.duration_us > 0:
         p = len(op.group_ranks) if op.group_ranks else 2
         t.bus_bytes += op.bytes * OPS[op.op].bus_factor(p) if op.op in OPS else op.bytes
         t.sized_time_us += op.duration_us
@@ -145,9 +148,7 @@ def compute(traces: list[RankTrace], ops: dict[int, list[CommOp]], step: int | N
         if not windows and rops:  # no step markers: the traced span is the step
             windows = {-1: (min(o.start_us for o in rops), max(o.end_us for o in rops))}
         for n, (a, b) in sorted(windows.items()):
-            mine = [o for o in rops if o.step == n or (n == -1)]
-            if not mine and n != -1:
-                mine = []
+            mine = [o for o in rops if o.step == n or n == -1]
             end = max([b] + [o.end_us for o in mine])
             comm = union([(o.start_us, o.end_us) for o in mine])
             cut = [(c, d) for c, d in compute_u if d > a and c < end]
