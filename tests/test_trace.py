@@ -134,6 +134,22 @@ def test_emit_suite_replays_under_mpirun(gloo_job, tmp_path):
     out = tmp_path / "res"
     ran = run_mpi(4, "suite", str(suite), "--results", str(out), "-n", "3", "-w", "1", timeout=180)
     assert ran.returncode == 0, ran.output[-3000:]
+    (run_dir,) = out.iterdir()
+    steps = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if r["kind"] == "step"]
+    assert {(r["op"], r["bytes"], r["group_size"]) for r in steps} == {
+        (r["options"]["ops"][0], r["options"]["min_bytes"], r["options"]["group_sizes"][0])
+        for r in runs
+    }
+    assert all(r["checked"] and r["wrong"] == 0 for r in steps)  # the data came out right
+
+
+def test_step_keeps_one_profiler_step(gloo_job):
+    one = analyse([str(gloo_job / "tpdp")], None, 2)
+    assert one.stats.steps == [2] and {o.step for o in one.ops_flat} == {2}
+    assert one.stats.axes["tp"].count == 4 * 3  # one step's tp all-reduces on 4 ranks
+    got = run_single("trace", str(gloo_job / "tpdp"), "--step", "99")
+    assert got.returncode == 2 and "ProfilerStep#99" in got.stderr
 
 
 def _synthetic(path: Path, events: list, info: dict | None = None) -> Path:

@@ -100,6 +100,8 @@ def _finish(traces: list[RankTrace], ops: dict[int, list[CommOp]], world: int,
     if not any(o.group_ranks for o in flat) and flat:
         notes.append("no process-group ranks in the trace: axes unknown")
     stats = compute(traces, ops, step)
+    if step is not None:  # groups were matched on every step; what is reported is this one
+        ops = {r: [o for o in rops if o.step == step] for r, rops in ops.items()}
     head = {
         "files": len(traces),
         "paths": list(paths),
