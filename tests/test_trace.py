@@ -327,3 +327,14 @@ def test_device_mesh_names_the_axis_of_a_whole_world_group(tmp_path):
                        {"backend": "nccl", "rank": 0, "world_size": 2, "pg_config": pgs})  # fmt: skip
     job = analyse([str(named)], None, None)
     assert job.ops_flat[0].axis == "tp" and job.head["layout"] == "tp2-cp1-dp1-pp1"
+
+
+def test_model_sets_the_trace_beside_plan_explain(gloo_job):
+    got = run_single("trace", str(gloo_job / "pp"), "--model", "llama-7b:layers=2", "--json")
+    assert got.returncode == 0, got.output
+    cmp = json.loads(got.stdout)["plan"]
+    assert cmp["config"].startswith("tp1-cp1-dp2-pp2")
+    assert cmp["predicted_s"]["pp"] > 0 and cmp["traced_s"]["pp"] > 0
+    assert cmp["traced_comm_share"] == pytest.approx(json.loads(got.stdout)["comm_share"])
+    dense_ep = run_single("trace", str(gloo_job / "tpdp"), "--model", "llama-7b:layers=2")
+    assert dense_ep.returncode == 2 and "ep=2" in dense_ep.stderr  # llama has no experts

@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rate each op against this calibration's prediction")  # fmt: skip
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
                    help="ranks per node (default: the traces' host names)")  # fmt: skip
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="also price the layout with `plan --explain` for this model (a preset, "
+                   "preset:field=value or a config.json) and set the trace beside it")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--results", default=None, metavar="DIR",
                    help="also write a run directory (kind trace records) for report/validate")  # fmt: skip
@@ -77,6 +80,15 @@ def main(args: argparse.Namespace) -> int:
         n, skipped = output.write_suite(args.emit_suite, job.ops_flat, job.world, args.paths[0])
         job.head["notes"].append(f"suite {args.emit_suite}: {n} runs"
                                  + (f", {len(skipped)} ops left out (size or group unknown)" if skipped else ""))  # fmt: skip
+    cmp = None
+    if args.model:
+        from commbench.trace import plancompare
+
+        if job.attribution.layout is None:
+            raise UsageError("--model: the job's layout is unknown: give --layout")
+        rpn = args.ranks_per_node or (job.world // (max(nodes) + 1) if nodes else job.world)
+        cmp = plancompare.compare(args.model, job.world, rpn, args.calibration,
+                                  job.attribution.layout.label(), job.stats)  # fmt: skip
     if args.results:
         from commbench.trace.records import write_run
 
@@ -84,7 +96,10 @@ def main(args: argparse.Namespace) -> int:
                          nodes)  # fmt: skip
         job.head["notes"].append(f"records: {path}")
     if args.json:
-        print(json.dumps(output.as_json(job.ops_flat, job.stats, job.head, found), indent=1))
+        doc = output.as_json(job.ops_flat, job.stats, job.head, found)
+        print(json.dumps({**doc, "plan": cmp}, indent=1))
     else:
         print(output.text(job.ops_flat, job.stats, job.head, found))
+        if cmp is not None:
+            print(plancompare.text(cmp))
     return 0
