@@ -216,6 +216,8 @@ def test_bad_input_is_one_message_exit_2(tmp_path, gloo_job):
                        {"backend": "nccl", "rank": 0, "world_size": 1})  # fmt: skip
     got = run_single("trace", str(quiet))
     assert got.returncode == 0 and "no communication" in got.stdout
+    got = run_single("trace", str(quiet), "--json")
+    assert got.returncode == 0 and json.loads(got.stdout)["ops"] == []
 
 
 def test_results_run_is_schema_valid_and_drawn_by_report(gloo_job, tmp_path):

@@ -64,6 +64,10 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--ranks-per-node must be a positive integer")
     job = analyse(args.paths, args.layout, args.step)
     if not job.ops_flat:
+        if args.json:
+            empty = {**job.head, "ops": [], "axes": {}, "comm_share": 0.0, "exposed_share": 0.0}
+            print(json.dumps({**empty, "notes": [*job.head["notes"], "no communication"]}))
+            return 0
         print(f"# trace: {job.head['files']} file(s): no communication found (no collective "
               "or p2p op, no NCCL kernel)")  # fmt: skip
         return 0
