@@ -21,7 +21,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
-from commbench.trace.reader import Event, RankTrace, parse_ranks
+from commbench.trace.reader import Around, Event, RankTrace, parse_ranks
 
 # record_param_comms' `Collective name` and the c10d operator names -> commbench op names
 RPC_OPS = {
@@ -241,14 +241,14 @@ def _from_kernels(rank: int, events: list[Event], kernels: list[Event]) -> list[
         for e in events
         if e.cat == "cuda_runtime" and e.name.startswith("cudaLaunchKernel")
     }
-    c10d = sorted((e for e in events if e.name.startswith("c10d::")), key=lambda e: e.ts)
+    c10d = Around([e for e in events if e.name.startswith("c10d::")])
     ops = []
     for k in kernels:
         op, algorithm, protocol, dtype = parse_kernel(k.name)  # type: ignore[misc]
         launch = launches.get(k.args.get("correlation"))
         cpu = launch.ts if launch is not None else k.ts
         if launch is not None:
-            around = [c for c in c10d if c.tid == launch.tid and c.ts <= cpu <= c.end]
+            around = c10d.enclosing(launch.tid, cpu)
             if around:
                 named = RPC_OPS.get(around[-1].name[len("c10d::") :].rstrip("_"))
                 op = named if named and named != "barrier" else op

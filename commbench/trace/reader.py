@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,29 @@ class RankTrace:
     @property
     def label(self) -> str:
         return f"{self.path} (rank {self.rank})" if self.rank is not None else self.path
+
+
+class Around:
+    """Events of some kind per thread, sorted, to find those enclosing a moment quickly
+    (bisect, then back over the few that can nest): a big trace has 100k CPU ops."""
+
+    DEPTH = 8  # enclosing events looked back over (nesting of c10d / record_param_comms)
+
+    def __init__(self, events: list[Event]) -> None:
+        self.by_tid: dict[object, list[Event]] = {}
+        for e in sorted(events, key=lambda e: e.ts):
+            self.by_tid.setdefault(e.tid, []).append(e)
+        self.starts = {t: [e.ts for e in es] for t, es in self.by_tid.items()}
+
+    def enclosing(self, tid: object, ts: float, end: float | None = None) -> list[Event]:
+        """The events on `tid` that contain [ts, end] (end defaults to ts), outermost first."""
+        es = self.by_tid.get(tid)
+        if not es:
+            return []
+        i = bisect_right(self.starts[tid], ts) - 1
+        hi = ts if end is None else end
+        found = [es[j] for j in range(i, max(-1, i - self.DEPTH), -1) if es[j].end >= hi]
+        return found[::-1]
 
 
 def trace_files(paths: list[str]) -> list[Path]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from commbench.ops import OPS
 from commbench.trace.ops import CommOp, parse_kernel
-from commbench.trace.reader import RankTrace
+from commbench.trace.reader import Around, RankTrace
 
 Span = tuple[float, float]
 COMM_CPU = ("c10d::", "record_param_comms", "nccl:", "gloo:")
@@ -57,13 +57,13 @@ def compute_spans(trace: RankTrace) -> list[Span]:
     kernels = [e for e in trace.events if e.cat == "kernel"]
     if kernels:
         return union([(e.ts, e.end) for e in kernels if parse_kernel(e.name) is None])
-    comm = [e for e in trace.events if e.name.startswith(COMM_CPU)]
+    comm = Around([e for e in trace.events if e.name.startswith(COMM_CPU)])
     workers = {e.tid for e in trace.events if e.name.startswith("gloo:")}
     spans = []
     for e in trace.events:
         if e.cat != "cpu_op" or not e.name.startswith("aten::") or e.tid in workers:
             continue
-        if any(c.tid == e.tid and c.ts <= e.ts and e.end <= c.end for c in comm):
+        if comm.enclosing(e.tid, e.ts, e.end):  # work of a communication op, not compute
             continue
         spans.append((e.ts, e.end))
     return union(spans)
