@@ -6,10 +6,13 @@ that the ranks of one group issue its collectives in the same order with the sam
 size, so every member's next op on that group agrees (MPI's and c10d's matching rule). The
 traces are replayed as a blocking schedule: a group's op is taken when every member's next op
 agrees with it (a send when its peer's next op is the matching receive). Where more than one
-group would fit, every consistent assignment is searched (bounded): each group runs on its own
-gloo worker threads (two by default), so one thread never serves two groups; of the assignments left, the one
-whose threads were created in the groups' creation order (pg_config's numbering) is taken,
-and ops whose group still differs between the best assignments are said to be open.
+group would fit, consistent assignments are searched (bounded): each group runs on its own
+gloo worker threads (two by default), so one thread never serves two groups. Of those, the one
+taken has its threads created in the groups' creation order (pg_config's numbering), then
+the smaller groups (two subgroups at once read as one world op otherwise), then its threads
+in the pools their creation order suggests (pool_hints), then the collectives whose members
+finished closest together; ops whose group still differs between the best assignments are
+said to be open.
 """
 
 from __future__ import annotations
@@ -132,13 +135,13 @@ def match_groups(
     if not solutions:
         solutions.append(partial)
 
-    def score(s: dict) -> tuple[int, int, int, float, int]:
+    def score(s: dict) -> tuple[int, int, int, int, float]:
         off = sum(
             1 for r, rops in todo.items() for o in rops
             if (hint := (pools or {}).get(r, {}).get(o.exec_tid)) and s.get((r, o.seq)) != hint
         )  # fmt: skip
         size = sum(len(g) for g in s.values())  # the smaller groups, all else equal
-        return -len(s), _inversions(s, todo, pg_order), size, _spread(s, todo), off
+        return -len(s), _inversions(s, todo, pg_order), size, off, _spread(s, todo)
 
     scored = sorted(solutions, key=score)
     ties = [s for s in scored if score(s) == score(scored[0])]
@@ -160,7 +163,7 @@ def pool_hints(threads: list[int], pgs: list[tuple[int, ...]]) -> dict[object, t
     """Worker threads (sorted ids) cut into pools of GLOO_THREADS, the i-th pool taken as the
     i-th group this rank joined (pools start as groups are made). The trace lists only the
     threads that ran something: a group that never ran shifts the pools after it, so this
-    is the last tie-breaker, after the ends' spread."""
+    breaks ties only, after the threads' order and the groups' sizes."""
     if not threads or len(threads) > GLOO_THREADS * len(pgs):
         return {}
     return {t: tuple(sorted(pgs[i // GLOO_THREADS])) for i, t in enumerate(threads)}
