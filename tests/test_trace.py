@@ -212,6 +212,9 @@ def test_bad_input_is_one_message_exit_2(tmp_path, gloo_job):
         assert "Traceback" not in got.output
     wrong = run_single("trace", str(gloo_job / "tpdp"), "--layout", "tp=4")
     assert wrong.returncode == 2 and "does not match the groups seen" in wrong.stderr
+    # Megatron's other order puts dp fastest: tp2 x dp2 then has tp groups [0, 2]
+    swapped = run_single("trace", str(gloo_job / "tpdp"), "--layout", "tp=2,order=dp-tp-cp-ep-pp")
+    assert swapped.returncode == 0, swapped.output
     quiet = _synthetic(tmp_path / "quiet.json", [X("aten::mm", 0, 1)],
                        {"backend": "nccl", "rank": 0, "world_size": 1})  # fmt: skip
     got = run_single("trace", str(quiet))

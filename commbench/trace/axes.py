@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from commbench.errors import UsageError
 from commbench.trace.ops import P2P, CommOp
-from commbench.traffic.layout import Axis, ParallelLayout
+from commbench.traffic.layout import DEFAULT_ORDER, Axis, ParallelLayout, parse_order
 
 FRAMEWORKS = ("megatron", "torchtitan")
 AXES = (Axis.TP, Axis.CP, Axis.DP, Axis.EDP, Axis.EP, Axis.PP)
@@ -31,14 +31,21 @@ class Attribution:
 
 
 def parse_layout(text: str, world: int) -> ParallelLayout:
-    """`tp=2,dp=2` (dp defaults to what is left) over `world` ranks."""
+    """`tp=2,dp=2` (dp defaults to what is left) over `world` ranks; `order=tp-pp-cp-ep-dp`
+    for Megatron's other rank orders (fastest first; default tp-cp-ep-dp-pp)."""
     degrees: dict[str, int] = {}
+    order: tuple[Axis, ...] = DEFAULT_ORDER
     for part in filter(None, text.split(",")):
-        name, _, value = part.partition("=")
-        if name.strip() not in ("tp", "cp", "ep", "dp", "pp") or not value.strip().isdigit():
-            raise UsageError(f"--layout: {part!r} is not AXIS=N (axes tp, cp, ep, dp, pp)")
-        degrees[name.strip()] = int(value)
-    return ParallelLayout(world, **degrees)  # type: ignore[arg-type]
+        name, _, value = (s.strip() for s in part.partition("="))
+        if name == "order":
+            order = parse_order(value, "--layout order")
+            continue
+        if name not in ("tp", "cp", "ep", "dp", "pp") or not value.isdigit():
+            raise UsageError(
+                f"--layout: {part!r} is not AXIS=N (axes tp, cp, ep, dp, pp) or order=..."
+            )
+        degrees[name] = int(value)
+    return ParallelLayout(world, order=order, **degrees)  # type: ignore[arg-type]
 
 
 def axis_groups(layout: ParallelLayout) -> dict[tuple[int, ...], list[str]]:

@@ -107,8 +107,17 @@ def _finish(traces: list[RankTrace], ops: dict[int, list[CommOp]], world: int,
         "paths": list(paths),
         "world": world,
         "backend": next((t.backend for t in traces if t.backend), None),
-        "layout": attribution.layout.label() if attribution.layout else None,
+        "layout": _label(attribution),
         "layout_how": attribution.how,
         "notes": notes,
     }
     return Job(traces, world, ops, attribution, stats, head)
+
+
+def _label(attribution: Attribution) -> str | None:
+    """The layout's label, with its rank order when not Megatron's default."""
+    lay = attribution.layout
+    if lay is None:
+        return None
+    order = "-".join(lay.order)
+    return lay.label() + ("" if order == "tp-cp-ep-dp-pp" else f" order {order}")
