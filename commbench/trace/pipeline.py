@@ -70,6 +70,9 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
             notes.append(f"... {len(m.open_ops) - 5} more ops with their group open")
         if m.unmatched:
             notes.append(f"{len(m.unmatched)} gloo ops matched no group (a rank's trace missing?)")
+        if m.searched_out:
+            notes.append("the group search reached its bound: the assignment taken may be "
+                         "neither the only one nor the best (give --layout and check the notes)")  # fmt: skip
         if len(traces) < world:
             notes.append(f"{len(traces)} of {world} ranks traced: groups matched on those only")
     return _finish(traces, ops, world, layout, step, paths, notes)

@@ -8,12 +8,16 @@ from commbench.report.figures import WIDTH, Figure, palette, render, setup
 from commbench.report.trace_inputs import TracedJob
 
 
+MAX_RANKS = 16  # rows drawn; the per-axis table below the figure covers every rank
+
+
 def timeline(job: TracedJob, name: str) -> Figure:
     plt = setup()
     from matplotlib.patches import Patch
 
     ops = job.step_ops()
-    ranks = sorted({o.rank for o in ops} | set(job.windows))
+    every = sorted({o.rank for o in ops} | set(job.windows))
+    ranks = every[:MAX_RANKS]
     axes = sorted({o.axis or "unknown" for o in ops})
     colours = dict(zip(axes, palette(len(axes))))
     fig, ax = plt.subplots(figsize=(WIDTH, 1.2 + 0.55 * len(ranks)))
@@ -46,6 +50,7 @@ def timeline(job: TracedJob, name: str) -> Figure:
         "step's start on that rank: grey = compute, bars = communication ops coloured by "
         "parallel axis, red hatch = the part of an op no compute overlapped (exposed), black "
         "tick = the step's end."
+        + (f" The first {MAX_RANKS} of {len(every)} ranks are drawn." if len(every) > MAX_RANKS else "")
         + (f" Over every traced step: communication {100 * share:.1f}% of the step, exposed "
            f"{100 * exposed:.1f}%." if share is not None and exposed is not None else "")
     )  # fmt: skip
