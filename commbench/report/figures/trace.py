@@ -7,7 +7,6 @@ from __future__ import annotations
 from commbench.report.figures import WIDTH, Figure, palette, render, setup
 from commbench.report.trace_inputs import TracedJob
 
-
 MAX_RANKS = 16  # rows drawn; the per-axis table below the figure covers every rank
 
 
