@@ -35,6 +35,7 @@ COMMANDS = {
     "export": "commbench.commands.export",
     "emulate": "commbench.commands.emulate",
     "check": "commbench.commands.check",
+    "trace": "commbench.commands.trace",
 }
 
 

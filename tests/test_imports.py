@@ -17,7 +17,9 @@ FORBIDDEN = (
 )
 
 
-@pytest.mark.parametrize("command", ["fit", "plan", "validate", "report", "import", "export"])
+@pytest.mark.parametrize(
+    "command", ["fit", "plan", "validate", "report", "import", "export", "trace"]
+)
 def test_analysis_commands_import_no_transport(command):
     code = (
         "import sys\nfrom commbench.cli import build_parser\n"

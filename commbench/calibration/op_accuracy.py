@@ -23,7 +23,9 @@ from commbench.errors import UsageError
 from commbench.ops import OPS, canonical_op
 from commbench.results.rundir import Run, read_run
 
-OP_KINDS = ("collective", "step")  # records of one measured op (suite points are Programs)
+# records of one op (suite points are Programs); `trace`: an op of a profiled job
+# (`commbench trace --results`), so a calibration is scored in-job against the microbenchmark
+OP_KINDS = ("collective", "step", "trace")
 SCHEMA = "commbench.calibration.op_accuracy/1"
 ROW_KEYS = (
     "run_id", "kind", "op", "backend", "dtype", "link_class", "group_size", "nodes", "timing",
@@ -50,6 +52,10 @@ def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
         if (rec.get("wrong") or 0) > 0:
             if left_out is not None:
                 left_out["with wrong data (the run's #wrong)"] += 1
+            continue
+        if rec.get("sized") is False:
+            if left_out is not None:
+                left_out["with no size (the trace did not say)"] += 1
             continue
         out.append(rec)
     return out

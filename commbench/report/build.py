@@ -23,7 +23,7 @@ from commbench.errors import UsageError
 from commbench.report import check_inputs
 from commbench.report import inputs as reportdata
 from commbench.report.figures import Figure
-from commbench.report.html import Block, Section, bullets, page
+from commbench.report.html import Block, Section, Table, bullets, page
 from commbench.report.step_timeline import step_timelines, verifications
 from commbench.report.tables import (
     calibration_blocks,
@@ -261,6 +261,23 @@ class _Builder:
             self.missing.append("no `commbench check` run: no pair-bandwidth heatmap or outliers")
         return blocks
 
+    def traces(self) -> list[Block]:
+        """Per traced job: one step's timeline, the per-axis table and its findings."""
+        from commbench.report import trace_inputs
+        from commbench.report.figures.trace import timeline
+
+        jobs, notes = trace_inputs.traced_jobs(self.runs)
+        self.notes += notes
+        blocks: list[Block] = []
+        for k, job in enumerate(jobs):
+            blocks.append(self.add(timeline(job, f"trace-{k + 1}")))
+            blocks.append(Table(trace_inputs.AXES_TABLE, trace_inputs.axis_rows(job)))
+            found = job.meta.get("findings") or []
+            blocks.append(bullets([f"finding: {f}" for f in found] or ["no finding"]))
+        if not jobs:
+            self.missing.append("no `commbench trace --results` run: no traced job timeline")
+        return blocks
+
     def plans(self, plans: list[reportdata.Plan]) -> list[Block]:
         from commbench.report.figures import models
 
@@ -298,6 +315,7 @@ def build_report(opts: ReportOptions) -> Report:
         ),
         Section("Validation: predicted vs measured", b.validation(), "validation"),
         Section("Cluster check: pair bandwidth and outliers", b.checks(), "check"),
+        Section("Traced jobs: one step by axis", b.traces(), "trace"),
         Section("Planner: top configs", b.plans(plans), "plans"),
     ]
     for s in body:

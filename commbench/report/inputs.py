@@ -43,6 +43,8 @@ def run_kind(run: Run) -> str:
     backend = run.meta.get("backend") or first.get("backend", "?")
     world = run.meta.get("world_size") or first.get("world_size", "?")
     where = f"{backend} world {world}"
+    if sub == "trace":  # each traced job is its own
+        return f"trace {run.path.name}, {where}"
     if sub == "check":  # one kind whatever its first pair's link class
         return f"check, {where}"
     if sub == "suite":
