@@ -371,6 +371,11 @@ def measure(args, suite, points, plans, cli_max, opts, launch, timings) -> int:
             checked = "checked" if first_timing.check else "not checked (--no-check)"
             table.note(f"Points with wrong data : {bad_points} of {len(points)} ({checked})")
             s.say(f"results: {s.writer.path}")
-            sweep = all(pt.program.pattern == "collectives" for pt in points)  # fit's input
+            from commbench.traffic import patterns
+            from commbench.traffic.patterns import Role
+
+            sweep = all(
+                patterns.get(pt.program.pattern).role is Role.SWEEP for pt in points
+            )  # fit's input
             s.say(nextstep.line("run" if sweep else "suite", s.writer.path))
     return 0
