@@ -1,0 +1,91 @@
+"""Real nccl-tests logs of four public clusters (`../shared/real-logs`, read in place, never copied):
+every file imports, with the op its name says where the log names no binary, zero-size rows
+kept as they were printed, and UCX warning lines skipped. Skips with a reason without the
+shared folder."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fit_samples import nccl_tests_new
+
+from commbench.formats import nccl_tests
+from commbench.formats.common import Hints
+
+REAL_LOGS = Path(__file__).resolve().parent.parent.parent / "shared" / "real-logs"
+NEEDS_LOGS = pytest.mark.skipif(
+    not REAL_LOGS.is_dir(), reason=f"{REAL_LOGS} absent (the real logs are not in the repo)"
+)
+# file-name op word -> commbench op
+NAME_OPS = {
+    "allreduce": "allreduce",
+    "allgather": "allgather",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "alltoall",
+    "sendrecv": "sendrecv",
+}
+_NAME = re.compile(r"^[a-z0-9]+_(\d+)x(\d+)_([a-z]+)_(.+)\.txt$")
+
+
+def real_logs() -> list[Path]:
+    return sorted(REAL_LOGS.glob("*.txt")) if REAL_LOGS.is_dir() else []
+
+
+@NEEDS_LOGS
+def test_every_real_log_imports_with_the_shape_and_op_its_name_says():
+    logs = real_logs()
+    assert len(logs) >= 50
+    for path in logs:
+        m = _NAME.match(path.name)
+        assert m, path.name
+        nodes, per_node, op_word = int(m.group(1)), int(m.group(2)), m.group(3)
+        imp = nccl_tests.parse(path, Hints())
+        recs = imp.records
+        assert recs, path.name
+        assert {r["op"] for r in recs} == {NAME_OPS[op_word]}, path.name
+        assert {r["group_size"] for r in recs} == {nodes * per_node}, path.name
+        assert {r["hosts_spanned"] for r in recs} == {nodes}, path.name
+        assert {r["link_class"] for r in recs} == {"inter" if nodes > 1 else "intra"}
+        assert imp.meta.get("nccl_version"), path.name  # for the mixed-settings warning
+        assert all(r["time_us"] is not None and r["time_us"] >= 0 for r in recs)
+
+
+@NEEDS_LOGS
+def test_real_logs_zero_size_rows_and_warning_lines():
+    """Polaris all_gather prints sizes below 4 x ranks as 0: kept, never divided by (algbw
+    None or 0, no inf); ABCI V starts with UCX WARN lines that are no rows."""
+    imp = nccl_tests.parse(REAL_LOGS / "a100_2x4_allgather_polaris-nccl221-env5.txt", Hints())
+    zero = [r for r in imp.records if r["bytes"] == 0]
+    assert len(zero) == 10  # 5 rows x 2 placements
+    assert all(not r["algbw_GBps"] for r in zero)
+    assert any("op allgather taken from the file name" in n for n in imp.notes)
+    v100 = nccl_tests.parse(REAL_LOGS / "v100_2x4_allreduce_abci-v.txt", Hints())
+    assert min(r["bytes"] for r in v100.records) == 4 and len(v100.records) == 48
+    assert not v100.problems.warnings
+
+
+def test_op_from_a_file_name_without_perf_and_the_flag_wins(tmp_path):
+    """No binary in the log, `allgather` in the file name: that op, with a note saying so
+    (all_gather and reduce_scatter share a bus factor); --op overrides the name; a name with
+    two op words says nothing."""
+    text = nccl_tests_new(op="allgather", binary=None, redop="none")
+    path = tmp_path / "h100_2x4_allgather_mycluster.txt"
+    path.write_text(text)
+    imp = nccl_tests.parse(path, Hints())
+    assert imp.records[0]["op"] == "allgather"
+    assert any("from the file name" in n for n in imp.notes)
+    assert nccl_tests.parse(path, Hints(op="alltoall")).records[0]["op"] == "alltoall"
+    both = tmp_path / "allgather_vs_alltoall.txt"
+    both.write_text(text)
+    with pytest.raises(Exception, match="pass --op"):
+        nccl_tests.parse(both, Hints())
+
+
+def test_nccl_version_from_nccl_tests_library_line(tmp_path):
+    """nccl-tests >= 2.13 prints `nccl-library=22902` (NCCL_VERSION_CODE): 2.29.2."""
+    text = "# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902\n" + nccl_tests_new()
+    path = tmp_path / "x.log"
+    path.write_text(text)
+    assert nccl_tests.parse(path, Hints()).meta["nccl_version"] == "2.29.2"
