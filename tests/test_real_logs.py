@@ -6,6 +6,7 @@ shared folder."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,23 @@ def test_nccl_version_from_nccl_tests_library_line(tmp_path):
     path = tmp_path / "x.log"
     path.write_text(text)
     assert nccl_tests.parse(path, Hints()).meta["nccl_version"] == "2.29.2"
+
+
+@NEEDS_LOGS
+def test_transfer_bench_on_one_set():
+    """bench/transfer_real_logs.py on one set: fit 2 nodes -> predict 8, fit 2 + 8 -> predict
+    540, each row scored over its points >= 1 MiB against the 10% / 20% targets."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "transfer_real_logs.py"
+    spec = importlib.util.spec_from_file_location("transfer_real_logs", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    rows = bench.run(["polaris-nccl218-env5"])
+    assert [(r.fitted, r.target, r.goal) for r in rows] == [([2], 8, 0.10), ([2, 8], 540, 0.20)]
+    for r in rows:
+        assert r.points == 22 and 0 <= r.median <= r.max
+        assert r.status == ("PASS" if r.median <= r.goal else "FAIL")
+    assert "polaris-nccl218-env5" in bench.table(rows)
