@@ -15,9 +15,12 @@ makes the two agree there: (alpha_fit A(q) - alpha_intra (A(q) - A(Nq))) / A(Nq)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
+from commbench.calibration.band import node_band
 from commbench.calibration.costmodels import coefficients
-from commbench.calibration.lines import LinkModel
+from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
 
 
 def hierarchical_ratio(
@@ -59,7 +62,7 @@ def nccl_ratio(
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
-    measured: tuple[float, float],
+    measured: tuple[float, float, tuple[float, float] | None],
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
     faster of ring and tree (calibration.algorithms), and the algorithm of each; None where
@@ -68,13 +71,17 @@ def nccl_ratio(
     envelope must take at shape_from, which sets the inter-node step; intra-node steps at the
     intra link's alpha for op (else NCCL's default NVLink / network ratio)."""
     (q, nq), (p, n) = shape_from, shape_to
-    if nccl_steps(op, "ring", q, nq) is None or n < 1 or p < n:
+    steps_q = nccl_steps(op, "ring", q, nq)
+    if steps_q is None or n < 1 or p < n or steps_q[2] <= 0:
         return None
-    seconds, beta_s = measured
-    beta = beta_s / coefficients(NCCL, op, q, nbytes)[1]  # per byte of the ring's B(q) S
+    seconds, beta_s, latency = measured
+    beta = beta_s / steps_q[2]  # per byte of the ring's B(q, Nq) S (all-to-all: per NIC byte)
     other = intra.terms_at(op, nbytes) if intra is not None else None
     hop = other.alpha_s if other is not None else None
-    step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
+    if latency is not None:  # the step from the latency regime (the smallest sizes)
+        step = nccl_inter_latency(op, shape_from, latency[0], latency[1], hop, beta)
+    else:
+        step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
     target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta)
     return (target / base, alg_q, alg_p) if base > 0 else None
@@ -87,7 +94,7 @@ def to_nodes(
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
-    measured: tuple[float, float],
+    measured: tuple[float, float, tuple[float, float] | None],
 ) -> tuple[float, str, list[str]] | None:
     """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its (seconds,
     beta per byte) at S, scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
@@ -121,3 +128,66 @@ def to_nodes(
         "inter-node steps apart"
     )
     return ratio, method, notes
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """An inter series scaled to another node count: the ratio to its time, how, and the
+    band's relative half-width (calibration.band)."""
+
+    ratio: float
+    method: str
+    notes: list[str]
+    band: float
+
+
+def _measured(s: SeriesModel, nbytes: float) -> tuple[float, float, tuple[float, float]]:
+    """(seconds, beta per byte of S) of s at S, and (bytes, seconds) of its latency regime:
+    its smallest size > 0 (a size-0 row of nccl-tests launches nothing: never divided by)."""
+    small = min((b for b, _ in s.knots if b > 0), default=max(s.bytes_min, 1))
+    return s.at(nbytes), segment_for(s.segments, nbytes).beta_s_per_byte, (small, s.at(small))
+
+
+def _one_count(s: SeriesModel) -> int | None:
+    counts = {n for n, _ in s.shapes}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def series_to_nodes(
+    series: list[SeriesModel],
+    link: LinkModel,
+    intra: LinkModel | None,
+    s: SeriesModel,
+    op: str,
+    shape_to: tuple[int, int],
+    nbytes: float,
+) -> Scaled | None:
+    """An inter series s of one node count scaled to shape_to = (p ranks, N nodes) by
+    to_nodes; its band from the same scaling started from each other node count measured in
+    s's family (same key but the group size, same ranks per node), or from the reach alone."""
+    n_from = _one_count(s)
+    if n_from is None or link.link_class == "intra":
+        return None
+    if link.best_model != NCCL and link.library is not None and link.library.best_model == NCCL:
+        link = link.library  # across node counts NCCL's own model, whichever fits group sizes
+    got = to_nodes(
+        link, intra, op, (s.key.group_size, n_from), shape_to, nbytes, _measured(s, nbytes)
+    )
+    if got is None:
+        return None
+    seconds = s.at(nbytes) * got[0]
+    ppn = {g for _, g in s.shapes}
+    others = []
+    for x in series:
+        c = _one_count(x)
+        if c is None or c == n_from or c < 2 or {g for _, g in x.shapes} != ppn:
+            continue
+        if (x.key.backend, x.key.op, x.key.link_class, x.key.dtype, x.key.timing,
+                x.key.placement, x.key.buffers) != (s.key.backend, s.key.op, s.key.link_class,
+                s.key.dtype, s.key.timing, s.key.placement, s.key.buffers):  # fmt: skip
+            continue
+        g = to_nodes(link, intra, op, (x.key.group_size, c), shape_to, nbytes, _measured(x, nbytes))
+        if g is not None:
+            others.append((c, x.at(nbytes) * g[0]))
+    band, why = node_band(seconds, n_from, shape_to[1], others)
+    return Scaled(got[0], got[1], [*got[2], why], band)

@@ -1,0 +1,45 @@
+"""NCCL's all-to-all and send/recv across node counts (per-NIC bytes) and the band of a
+prediction beyond the measured node counts (calibration.band): pure logic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from commbench.calibration.band import FLOOR, PRIOR_PER_DOUBLING, node_band
+from commbench.calibration.hierarchy import nccl_ratio
+
+
+def test_alltoall_bytes_scale_with_the_share_that_leaves_the_node():
+    """At 1 GiB the time is the NIC's: from 2 x 4 ((8 - 4) / 8 = 1/2 of S off-node) to
+    8 x 4 (28 / 32) the time grows by 1.75; latency steps add little there."""
+    s = float(1 << 30)
+    beta = 1 / 5e9  # 5 GB/s per NIC byte
+    seconds = 10e-6 + beta * 0.5 * s
+    got = nccl_ratio(None, "alltoall", (8, 2), (32, 8), s, (seconds, beta * 0.5, (4, 40e-6)))
+    assert got is not None
+    assert got[0] == pytest.approx(1.75, rel=0.01)
+
+
+def test_sendrecv_does_not_grow_with_nodes_past_two():
+    s = float(1 << 30)
+    got = nccl_ratio(None, "sendrecv", (16, 2), (80, 10), s, (0.02, 0.02 / s, (4, 20e-6)))
+    assert got is not None and got[0] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_band_from_one_node_count_is_the_stated_prior_over_the_reach():
+    w, why = node_band(1.0, 2, 8, [])
+    assert w == pytest.approx(PRIOR_PER_DOUBLING * 2)
+    assert "prior" in why and "one node count" in why
+    assert node_band(1.0, 8, 8, [])[0] == FLOOR  # no reach: the floor
+
+
+def test_band_from_two_counts_extends_their_disagreement_over_the_reach():
+    """Scaled from 2 nodes the prediction at 256 is 1.3 s, from 8 it is 1.0 s: 30% over 2
+    doublings, 15% a doubling, 5 doublings from 8 to 256: +-75%."""
+    w, why = node_band(1.0, 8, 256, [(2, 1.3)])
+    assert w == pytest.approx(0.15 * math.log2(256 / 8))
+    assert "2+8 nodes" in why and "30%" in why
+    # nearer than the counts are apart: never below what they moved
+    assert node_band(1.0, 8, 16, [(2, 1.3)])[0] == pytest.approx(0.3)
