@@ -205,7 +205,12 @@ def table(rows: list[Row]) -> str:
     passed = sum(r.status == "PASS" for r in rows)
     lines.append(f"# {passed} of {len(rows)} rows PASS")
     if covered:
-        lines.append(f"# band coverage: median over rows {median(covered):.0%} (target >= 80%)")
+        banded = [r for r in rows if r.covered is not None]
+        pooled = sum(r.covered * r.points for r in banded) / sum(r.points for r in banded)
+        lines.append(
+            f"# band coverage: {pooled:.0%} of {sum(r.points for r in banded)} predicted points "
+            f"(target >= 80%); median over rows {median(covered):.0%}"
+        )
     return "\n".join(lines)
 
 

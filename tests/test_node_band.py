@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from commbench.calibration.band import FLOOR, PRIOR_PER_DOUBLING, node_band
+from commbench.calibration.band import FLOOR, PRIOR_BW, PRIOR_LAT, node_band
 from commbench.calibration.hierarchy import nccl_ratio
 
 
@@ -30,8 +30,9 @@ def test_sendrecv_does_not_grow_with_nodes_past_two():
 
 def test_band_from_one_node_count_is_the_stated_prior_over_the_reach():
     w, why = node_band(1.0, 2, 8, [])
-    assert w == pytest.approx(PRIOR_PER_DOUBLING * 2)
+    assert w == pytest.approx(PRIOR_BW * 2)
     assert "prior" in why and "one node count" in why
+    assert node_band(1.0, 2, 8, [], latency_share=1.0)[0] == pytest.approx(PRIOR_LAT * 2)
     assert node_band(1.0, 8, 8, [])[0] == FLOOR  # no reach: the floor
 
 
@@ -39,7 +40,7 @@ def test_band_from_two_counts_extends_their_disagreement_over_the_reach():
     """Scaled from 2 nodes the prediction at 256 is 1.3 s, from 8 it is 1.0 s: 30% over 2
     doublings, 15% a doubling, 5 doublings from 8 to 256: +-75%."""
     w, why = node_band(1.0, 8, 256, [(2, 1.3)])
-    assert w == pytest.approx(0.15 * math.log2(256 / 8))
+    assert w == pytest.approx(max(0.15, PRIOR_BW) * math.log2(256 / 8))
     assert "2+8 nodes" in why and "30%" in why
     # nearer than the counts are apart: never below what they moved
     assert node_band(1.0, 8, 16, [(2, 1.3)])[0] == pytest.approx(0.3)

@@ -109,4 +109,5 @@ def test_transfer_bench_on_one_set():
     for r in rows:
         assert r.points == 22 and 0 <= r.median <= r.max
         assert r.status == ("PASS" if r.median <= r.goal else "FAIL")
+        assert r.covered is not None and 0 < r.band  # every point beyond 2 nodes has a band
     assert "polaris-nccl218-env5" in bench.table(rows)

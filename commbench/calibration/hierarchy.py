@@ -148,6 +148,32 @@ def _measured(s: SeriesModel, nbytes: float) -> tuple[float, float, tuple[float,
     return s.at(nbytes), segment_for(s.segments, nbytes).beta_s_per_byte, (small, s.at(small))
 
 
+def _latency_share(
+    intra: LinkModel | None,
+    op: str,
+    shape_from: tuple[int, int],
+    shape_to: tuple[int, int],
+    nbytes: float,
+    s: SeriesModel,
+) -> float:
+    """The share of NCCL's time at shape_to that is latency steps, not bytes (nccl_ratio's
+    terms; 0 where NCCL has no model of op): where latency dominates, the steps were scaled
+    furthest and the band is widest."""
+    steps_q = nccl_steps(op, "ring", *shape_from)
+    if steps_q is None or steps_q[2] <= 0:
+        return 0.0
+    seconds, beta_s, (small, t_small) = _measured(s, nbytes)
+    beta = beta_s / steps_q[2]
+    other = intra.terms_at(op, nbytes) if intra is not None else None
+    hop = other.alpha_s if other is not None else None
+    step = nccl_inter_latency(op, shape_from, small, t_small, hop, beta)
+    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta)
+    steps = nccl_steps(op, alg, *shape_to)
+    if steps is None or total <= 0:
+        return 0.0
+    return min(max(1.0 - beta * steps[2] * nbytes / total, 0.0), 1.0)
+
+
 def _one_count(s: SeriesModel) -> int | None:
     counts = {n for n, _ in s.shapes}
     return counts.pop() if len(counts) == 1 else None
@@ -189,5 +215,6 @@ def series_to_nodes(
         g = to_nodes(link, intra, op, (x.key.group_size, c), shape_to, nbytes, _measured(x, nbytes))
         if g is not None:
             others.append((c, x.at(nbytes) * g[0]))
-    band, why = node_band(seconds, n_from, shape_to[1], others)
+    share = _latency_share(intra, op, (s.key.group_size, n_from), shape_to, nbytes, s)
+    band, why = node_band(seconds, n_from, shape_to[1], others, share)
     return Scaled(got[0], got[1], [*got[2], why], band)
