@@ -111,3 +111,46 @@ def test_transfer_bench_on_one_set():
         assert r.status == ("PASS" if r.median <= r.goal else "FAIL")
         assert r.covered is not None and 0 < r.band  # every point beyond 2 nodes has a band
     assert "polaris-nccl218-env5" in bench.table(rows)
+
+
+def test_runs_of_different_settings_fitted_together_warn_naming_both():
+    from commbench.fit.settings import mixed_settings
+
+    a = {"run_id": "a", "backend": "nccl", "libraries": {"nccl": "2.18.x"}, "env": {}}
+    b = {"run_id": "b", "backend": "nccl", "libraries": {"nccl": "2.21.5"},
+         "env": {"FI_CXI_RDZV_PROTO": "alt_read", "OMP_NUM_THREADS": "4"}}  # fmt: skip
+    (w,) = mixed_settings([a, b])
+    assert "runs a and b" in w and w.index("nccl version 2.18.x vs 2.21.5") < w.index("FI_")
+    assert "OMP_NUM_THREADS" not in w
+    assert mixed_settings([a, dict(a, run_id="c")]) == []
+    assert mixed_settings([a, dict(b, backend="mpi")]) == []  # other backends: not compared
+
+
+@NEEDS_LOGS
+def test_polaris_settings_read_from_the_logs_tell_env4_from_env5():
+    env = {}
+    for name in ("env4", "env5"):
+        path = REAL_LOGS / f"a100_2x4_allreduce_polaris-nccl221-{name}.txt"
+        env[name] = nccl_tests.parse(path, Hints()).meta["env"]
+    assert env["env5"]["FI_CXI_RDZV_PROTO"] == "alt_read"
+    assert "FI_CXI_RDZV_PROTO" not in env["env4"]
+    assert env["env4"]["NCCL_NET"] == env["env5"]["NCCL_NET"] == "AWS Libfabric"
+
+
+@NEEDS_LOGS
+def test_fit_warns_when_nccl_versions_are_mixed(tmp_path, capsys):
+    from commbench import cli
+
+    runs = []
+    for name in (
+        "a100_2x4_allreduce_polaris-nccl218-env5",
+        "a100_2x4_allreduce_polaris-nccl221-env5",
+    ):
+        args = ["import", "nccl-tests", str(REAL_LOGS / f"{name}.txt"), "--results", str(tmp_path)]
+        assert cli.main([*args, "--run-id", name]) == 0
+        runs.append(str(tmp_path / name))
+    capsys.readouterr()
+    assert cli.main(["fit", *runs, "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: runs a100_2x4_allreduce_polaris-nccl218-env5 and" in err
+    assert "nccl version 2.18.x vs 2.21.5" in err

@@ -19,6 +19,7 @@ pipeline schedules are not primitive ops: they are ignored and counted.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from commbench.commands.argtypes import positive_int
@@ -132,6 +133,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench.fit import calibrate
     from commbench.fit.collect import collect, read_fit_runs
     from commbench.fit.options import FitOptions
+    from commbench.fit.settings import mixed_settings
 
     if args.min_sizes < 3:
         raise UsageError("--min-sizes must be at least 3 (a line through 2 sizes has no check)")
@@ -157,6 +159,8 @@ def main(args: argparse.Namespace) -> int:
     doc, outcomes, links = calibrate.build(collected, opts)
     partial = [note for run, _ in runs if (note := run.partial_note()) is not None]
     print_report(doc, args.quiet, partial)
+    for warning in mixed_settings(doc["provenance"]["runs"]):
+        print(f"commbench: warning: {warning}", file=sys.stderr)
     if not outcomes:  # every series is in doc["skipped"] with its reason: name the first
         s, more = doc["skipped"][0], len(doc["skipped"]) - 1
         raise UsageError(

@@ -65,6 +65,8 @@ _VERSION = re.compile(r"NCCL version (\S+)")
 _MENTION = re.compile(r"^#.*?\bNCCL (\d+\.\d+(?:\.[0-9x]+)?)")
 _LIBRARY = re.compile(r"\bnccl-library=(\d{4,6})\b")  # nccl-tests >= 2.13: 22902 = 2.29.2
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)")
+# `NCCL_X=v` / `FI_X=v` written on a comment or command line (a job script echoed in the log)
+_ENV_STATED = re.compile(r"(?<![A-Za-z0-9_])((?:NCCL|FI)_[A-Z0-9_]+)=('[^']*'|\S+)")
 TYPES = {
     "float": "float32",
     "float32": "float32",
@@ -148,6 +150,7 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
     sections: list[_Section] = []
     pending_binary = None
     meta: dict = {"env": {}}
+    stated: dict[str, str] = {}
     cur: _Section | None = None
     for n, line in enumerate(lines, 1):
         s = line.strip()
@@ -160,6 +163,9 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
             meta.setdefault("nccl_version_mentioned", m.group(1))
         if m := _ENV.search(s):
             meta["env"][m.group(1)] = m.group(2)
+        elif (s.startswith("#") or _BINARY.search(s)) and not s[:1].isdigit():
+            for key, value in _ENV_STATED.findall(s):
+                stated.setdefault(key, value.strip("'"))
         if not s.startswith("#") and (m := _BINARY.search(s)) and not s[:1].isdigit():
             pending_binary = m.group(1)
             meta.setdefault("command", s)
@@ -188,6 +194,7 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
             cur.header = s.lstrip("#").split()
         elif s and is_count(s.split()[0]) and cur.header is not None:
             cur.rows.append((n, s.split()))
+    meta["env"] = {**stated, **meta["env"]}  # what NCCL says it was set to wins
     mentioned = meta.pop("nccl_version_mentioned", None)
     if mentioned is not None:
         meta.setdefault("nccl_version", mentioned)
