@@ -44,3 +44,19 @@ def test_band_from_two_counts_extends_their_disagreement_over_the_reach():
     assert "2+8 nodes" in why and "30%" in why
     # nearer than the counts are apart: never below what they moved
     assert node_band(1.0, 8, 16, [(2, 1.3)])[0] == pytest.approx(0.3)
+
+
+def test_export_notes_name_the_measured_node_counts_and_the_band():
+    from commbench.calibration.band import export_notes
+
+    doc = {
+        "series": [
+            {"link_class": "inter", "shapes": [{"nodes": 2, "ranks_per_node": 4}]},
+            {"link_class": "inter", "shapes": [{"nodes": 8, "ranks_per_node": 4}]},
+            {"link_class": "intra", "shapes": [{"nodes": 1, "ranks_per_node": 4}]},
+        ]
+    }
+    (note,) = export_notes(doc)
+    assert note.startswith("inter: measured at 2+8 nodes")
+    assert f"+-{PRIOR_BW:.0%} (bytes)" in note and f"+-{PRIOR_LAT:.0%} (latency)" in note
+    assert export_notes({"series": []}) == []

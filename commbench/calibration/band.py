@@ -64,3 +64,20 @@ def node_band(
             f"{prior:.0%} per doubling over {reach:.1f} doublings to {n_to}"
         )
     return w, why
+
+
+def export_notes(doc: dict) -> list[str]:
+    """For an export's notes: per link class measured at nodes > 1, the node counts measured and
+    the band commbench states beyond them (a simulator scaling the link carries no band)."""
+    counts: dict[str, set[int]] = {}
+    for s in doc.get("series", ()):
+        for shape in s.get("shapes", ()):
+            if shape.get("nodes", 1) > 1:
+                counts.setdefault(s["link_class"], set()).add(int(shape["nodes"]))
+    return [
+        f"{link}: measured at {'+'.join(map(str, sorted(n)))} nodes; beyond them commbench "
+        f"states a band of +-{PRIOR_BW:.0%} (bytes) to +-{PRIOR_LAT:.0%} (latency) per doubling "
+        f"of the node count, at least what the measured counts disagree by "
+        "(commbench validate --extrapolate; calibration/band.py)"
+        for link, n in sorted(counts.items())
+    ]
