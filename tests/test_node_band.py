@@ -60,3 +60,14 @@ def test_export_notes_name_the_measured_node_counts_and_the_band():
     assert note.startswith("inter: measured at 2+8 nodes")
     assert f"+-{PRIOR_BW:.0%} (bytes)" in note and f"+-{PRIOR_LAT:.0%} (latency)" in note
     assert export_notes({"series": []}) == []
+
+
+def test_plan_note_only_beyond_the_measured_hosts():
+    from commbench.calibration.band import plan_note
+
+    doc = {"series": [{"link_class": "inter", "shapes": [{"nodes": 2}, {"nodes": 8}]}]}
+    assert plan_note(doc, "dp", "inter", 8) is None
+    assert plan_note(doc, "tp", "intra", 64) is None  # nothing measured across nodes there
+    note = plan_note(doc, "dp", "inter", 32)
+    assert note is not None and "2.0 doublings beyond" in note
+    assert f"+-{2 * PRIOR_BW:.0%} (bytes) to +-{2 * PRIOR_LAT:.0%} (latency)" in note

@@ -81,3 +81,27 @@ def export_notes(doc: dict) -> list[str]:
         "(commbench validate --extrapolate; calibration/band.py)"
         for link, n in sorted(counts.items())
     ]
+
+
+def plan_note(doc: dict, axis: str, link_class: str, hosts: int) -> str | None:
+    """For `plan --explain`: where a parallel axis' groups span more hosts than the link was
+    measured at, the band commbench states there (the prior over the reach: bytes to latency);
+    None within the measured counts."""
+    counts = sorted(
+        {
+            int(shape["nodes"])
+            for s in doc.get("series", ())
+            if s["link_class"] == link_class
+            for shape in s.get("shapes", ())
+            if shape.get("nodes", 1) > 1
+        }
+    )
+    if not counts or hosts <= counts[-1]:
+        return None
+    reach = math.log2(hosts / counts[-1])
+    lo, hi = max(PRIOR_BW * reach, FLOOR), max(PRIOR_LAT * reach, FLOOR)
+    return (
+        f"{axis} spans {hosts} hosts, its {link_class} link was measured at "
+        f"{'+'.join(map(str, counts))}: {reach:.1f} doublings beyond, where commbench states a "
+        f"band of +-{lo:.0%} (bytes) to +-{hi:.0%} (latency) (calibration/band.py)"
+    )
