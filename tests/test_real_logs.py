@@ -154,3 +154,40 @@ def test_fit_warns_when_nccl_versions_are_mixed(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "warning: runs a100_2x4_allreduce_polaris-nccl218-env5 and" in err
     assert "nccl version 2.18.x vs 2.21.5" in err
+
+
+@NEEDS_LOGS
+def test_a_calibration_records_its_band_and_predicts_with_it(tmp_path):
+    """fit writes `node_band` (the priors) and the settings note; a prediction beyond the
+    measured node count (all-to-all, 2 x 4 -> 8 x 4) carries a band from those priors."""
+    import json
+
+    from commbench import cli
+    from commbench.calibration.band import Priors
+    from commbench.calibration.document import validate
+    from commbench.calibration.predict import Calibration
+
+    name = "a100_2x4_alltoall_polaris-nccl221-env5"
+    log = str(REAL_LOGS / f"{name}.txt")
+    assert (
+        cli.main(["import", "nccl-tests", log, "--results", str(tmp_path), "--run-id", name]) == 0
+    )
+    out = tmp_path / "cal.json"
+    assert cli.main(["fit", str(tmp_path / name), "-q", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    validate(doc)
+    assert Priors.of(doc) == Priors()
+
+    def band(d: dict) -> tuple[float, float, float]:
+        got = Calibration(d).explain(
+            "alltoall", 1 << 30, 32, "inter", "float32", "nccl", True, nodes=8
+        )
+        assert got.band is not None
+        return got.band[0], got.seconds, got.band[1]
+
+    lo, t, hi = band(doc)
+    assert lo < t < hi
+    wide = dict(doc, node_band={"bytes_per_doubling": 1.0, "latency_per_doubling": 1.0,
+                                "floor": 0.05})  # fmt: skip
+    lo2, t2, hi2 = band(wide)
+    assert t2 == t and hi2 > hi and lo2 < lo

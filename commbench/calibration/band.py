@@ -25,10 +25,33 @@ the truth (bench/transfer_real_logs.py: `covered`).
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 PRIOR_BW = 0.15  # per doubling, where the time is bytes (NCCL's bandwidth term)
 PRIOR_LAT = 0.50  # per doubling, where the time is latency steps
 FLOOR = 0.05
+
+
+@dataclass(frozen=True)
+class Priors:
+    """The band's stated priors, as a calibration records them (`node_band`), so that a
+    calibration keeps the band it was written with."""
+
+    bytes_per_doubling: float = PRIOR_BW
+    latency_per_doubling: float = PRIOR_LAT
+    floor: float = FLOOR
+
+    def as_doc(self) -> dict:
+        return {**asdict(self), "rule": "commbench/calibration/band.py"}
+
+    @classmethod
+    def of(cls, doc: dict) -> Priors:
+        """A calibration's recorded priors; the defaults where it records none."""
+        got = doc.get("node_band") or {}
+        return cls(**{k: float(got[k]) for k in asdict(cls()) if k in got})
+
+
+DEFAULT_PRIORS = Priors()
 
 
 def node_band(
@@ -37,12 +60,14 @@ def node_band(
     n_to: int,
     others: list[tuple[int, float]],
     latency_share: float = 0.0,
+    priors: Priors = DEFAULT_PRIORS,
 ) -> tuple[float, str]:
     """(w, why): the relative half-width of the band around `seconds` predicted at n_to nodes
     from n_from, `others` the (nodes, seconds) the same scaling gives from each other node
     count measured."""
     reach = abs(math.log2(n_to / n_from)) if n_from > 0 and n_to > 0 else 0.0
-    prior = PRIOR_BW + (PRIOR_LAT - PRIOR_BW) * latency_share
+    lo, hi, floor = priors.bytes_per_doubling, priors.latency_per_doubling, priors.floor
+    prior = lo + (hi - lo) * latency_share
     spread = [
         (abs(t / seconds - 1), abs(math.log2(n_from / c)))
         for c, t in others
@@ -51,14 +76,14 @@ def node_band(
     if spread:
         moved = max(m for m, _ in spread)
         rate = moved / max(d for _, d in spread)
-        w = max(moved, rate * reach, prior * reach, FLOOR)
+        w = max(moved, rate * reach, prior * reach, floor)
         counts = "+".join(str(c) for c in sorted({n_from, *(c for c, _ in others)}))
         why = (
             f"band +-{w:.0%}: scaled from {counts} nodes the predictions differ by {moved:.0%}, "
             f"{rate:.0%} per doubling, over {reach:.1f} doublings to {n_to}"
         )
     else:
-        w = max(prior * reach, FLOOR)
+        w = max(prior * reach, floor)
         why = (
             f"band +-{w:.0%}: one node count measured ({n_from}), so a prior "
             f"{prior:.0%} per doubling over {reach:.1f} doublings to {n_to}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
-from commbench.calibration.band import node_band
+from commbench.calibration.band import DEFAULT_PRIORS, Priors, node_band
 from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
 
@@ -187,6 +187,7 @@ def series_to_nodes(
     op: str,
     shape_to: tuple[int, int],
     nbytes: float,
+    priors: Priors = DEFAULT_PRIORS,
 ) -> Scaled | None:
     """An inter series s of one node count scaled to shape_to = (p ranks, N nodes) by
     to_nodes; its band from the same scaling started from each other node count measured in
@@ -216,5 +217,5 @@ def series_to_nodes(
         if g is not None:
             others.append((c, x.at(nbytes) * g[0]))
     share = _latency_share(intra, op, (s.key.group_size, n_from), shape_to, nbytes, s)
-    band, why = node_band(seconds, n_from, shape_to[1], others, share)
+    band, why = node_band(seconds, n_from, shape_to[1], others, share, priors)
     return Scaled(got[0], got[1], [*got[2], why], band)

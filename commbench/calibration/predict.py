@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from commbench.calibration.algorithms import LIBRARIES, switched
+from commbench.calibration.band import Priors
 from commbench.calibration.costmodels import MODELLED_OPS
 from commbench.calibration.hierarchy import Scaled, series_to_nodes
 from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model, segment_for
@@ -302,7 +303,8 @@ class Calibration:
         if nodes is None:
             return None
         intra = self._link(s.key.backend, "intra", s.key.timing)
-        return series_to_nodes(self.series, link, intra, s, op, (p, nodes), nbytes)
+        priors = Priors.of(self.doc)  # the band the calibration was written with
+        return series_to_nodes(self.series, link, intra, s, op, (p, nodes), nbytes, priors)
 
     def _extrapolate(
         self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
