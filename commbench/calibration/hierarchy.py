@@ -15,7 +15,7 @@ makes the two agree there: (alpha_fit A(q) - alpha_intra (A(q) - A(Nq))) / A(Nq)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
 from commbench.calibration.band import DEFAULT_PRIORS, Priors, node_band
@@ -203,19 +203,25 @@ def series_to_nodes(
     if got is None:
         return None
     seconds = s.at(nbytes) * got[0]
+    family = replace(s.key, group_size=0)  # same op, dtype, timing, ...: another group size
     ppn = {g for _, g in s.shapes}
     others = []
     for x in series:
         c = _one_count(x)
-        if c is None or c == n_from or c < 2 or {g for _, g in x.shapes} != ppn:
+        if c in (None, n_from, 1) or replace(x.key, group_size=0) != family:
             continue
-        if (x.key.backend, x.key.op, x.key.link_class, x.key.dtype, x.key.timing,
-                x.key.placement, x.key.buffers) != (s.key.backend, s.key.op, s.key.link_class,
-                s.key.dtype, s.key.timing, s.key.placement, s.key.buffers):  # fmt: skip
+        if {g for _, g in x.shapes} != ppn:
             continue
+        assert c is not None
         g = to_nodes(link, intra, op, (x.key.group_size, c), shape_to, nbytes, _measured(x, nbytes))
         if g is not None:
             others.append((c, x.at(nbytes) * g[0]))
-    share = _latency_share(intra, op, (s.key.group_size, n_from), shape_to, nbytes, s)
+    if intra is not None and intra.best_model != link.best_model:
+        intra = intra.library  # as to_nodes prices it
+    share = (
+        _latency_share(intra, op, (s.key.group_size, n_from), shape_to, nbytes, s)
+        if link.best_model == NCCL
+        else 0.0  # NCCL's split only where NCCL's model priced it
+    )
     band, why = node_band(seconds, n_from, shape_to[1], others, share, priors)
     return Scaled(got[0], got[1], [*got[2], why], band)
