@@ -73,6 +73,7 @@ class Row:
     status: str = "FAIL"
     why: str = ""
     methods: list[str] = field(default_factory=list)
+    axis: str = "nodes"  # per_node and fitted/target are nodes; "gpus": the reverse
 
 
 def discover(root: Path = LOGS) -> list[Log]:
@@ -121,17 +122,28 @@ class Workspace:
         return self.runs[log.path]
 
 
-def cases(logs: list[Log]) -> list[tuple[str, str, int, list[int], int]]:
-    """(set, op, GPUs per node, fitted node counts, target node count) of every transfer."""
+def cases(logs: list[Log]) -> list[tuple[str, str, int, list[int], int, str]]:
+    """(set, op, fixed, fitted, target, axis) of every transfer: axis "nodes" fixes the GPUs
+    per node and varies the node count (n1 -> n2, n1 + n2 -> each larger); axis "gpus" fixes
+    a node count measured at three or more GPUs per node and varies those (the two smallest
+    -> each larger: xxrjun-c01's all_reduce at 10 x 1, 2 -> 10 x 4, 8)."""
     out = []
-    keys = sorted({(x.set, x.op, x.per_node) for x in logs})
-    for key in keys:
+    for key in sorted({(x.set, x.op, x.per_node) for x in logs}):
         counts = sorted({x.nodes for x in logs if (x.set, x.op, x.per_node) == key and x.nodes > 1})
         if len(counts) >= 2:
-            out.append((*key, counts[:1], counts[1]))
+            out.append((*key, counts[:1], counts[1], "nodes"))
         for target in counts[2:]:
-            out.append((*key, counts[:2], target))
+            out.append((*key, counts[:2], target, "nodes"))
+    for key in sorted({(x.set, x.op, x.nodes) for x in logs if x.nodes > 1}):
+        gpus = sorted({x.per_node for x in logs if (x.set, x.op, x.nodes) == key})
+        for target in gpus[2:] if len(gpus) >= 3 else ():
+            out.append((*key, gpus[:2], target, "gpus"))
     return out
+
+
+def _shape(x: Log, axis: str) -> tuple[int, int]:
+    """(the fixed dimension, the varied one) of a log's shape on `axis`."""
+    return (x.per_node, x.nodes) if axis == "nodes" else (x.nodes, x.per_node)
 
 
 def score(rows_by_repeat: list[list[dict]]) -> tuple[list[float], list[bool], list[float], set]:
@@ -157,16 +169,16 @@ def score(rows_by_repeat: list[list[dict]]) -> tuple[list[float], list[bool], li
 
 
 def transfer(logs: list[Log], case: tuple, ws: Workspace) -> Row:
-    name, op, per_node, fitted, target = case
-    row = Row(name, op, per_node, fitted, target)
+    name, op, fixed, fitted, target, axis = case
+    row = Row(name, op, fixed, fitted, target, axis=axis)
     row.goal = NEAR if target <= REACH * max(fitted) else FAR
-    mine = [x for x in logs if (x.set, x.op, x.per_node) == (name, op, per_node)]
-    fit_runs = [str(ws.run(x)) for x in mine if x.nodes in fitted]
-    cal = ws.root / f"cal-{name}-{op}-{per_node}-{'+'.join(map(str, fitted))}.json"
+    mine = [x for x in logs if (x.set, x.op, _shape(x, axis)[0]) == (name, op, fixed)]
+    fit_runs = [str(ws.run(x)) for x in mine if _shape(x, axis)[1] in fitted]
+    cal = ws.root / f"cal-{name}-{op}-{axis}{fixed}-{'+'.join(map(str, fitted))}.json"
     if not cal.exists():
         commbench("fit", *fit_runs, "-o", str(cal))
     rows = []
-    for x in (x for x in mine if x.nodes == target):
+    for x in (x for x in mine if _shape(x, axis)[1] == target):
         out = commbench("validate", "--calibration", str(cal), str(ws.run(x)), "--extrapolate",
                         "--min-bytes", str(LARGE), "--json")  # fmt: skip
         rows.append(json.loads(out)["rows"])
@@ -194,9 +206,18 @@ def table(rows: list[Row]) -> str:
     )
     lines = [head]
     for r in rows:
-        fitted = "+".join(map(str, r.fitted)) + f"x{r.per_node}"
+        if r.axis == "nodes":
+            fitted, target = (
+                "+".join(map(str, r.fitted)) + f"x{r.per_node}",
+                f"{r.target}x{r.per_node}",
+            )
+        else:  # GPUs per node at one node count
+            fitted, target = (
+                f"{r.per_node}x" + "+".join(map(str, r.fitted)),
+                f"{r.per_node}x{r.target}",
+            )
         lines.append(
-            f"{r.set:<22} {r.op:<14} {fitted:>9} {f'{r.target}x{r.per_node}':>7} {r.points:4d} "
+            f"{r.set:<22} {r.op:<14} {fitted:>9} {target:>7} {r.points:4d} "
             f"{pct(r.median)} {pct(r.max, 7)} {pct(r.band)} {pct(r.covered, 7)}  {r.status} "
             f"at {r.goal:.0%}{' (vs ' + str(r.repeats) + ' repeats)' if r.repeats > 1 else ''}"
             f"{' ' + r.why if r.why else ''}"
@@ -217,11 +238,11 @@ def table(rows: list[Row]) -> str:
 def untransferred(logs: list[Log]) -> list[str]:
     """A line per (set, op) with fewer than two inter-node counts at one node shape: nothing
     to predict across node counts (xxrjun-c01: 1 and 10 nodes; 1 is another link)."""
-    done = {(c[0], c[1]) for c in cases(logs)}
+    done = {(c[0], c[1]) for c in cases(logs)}  # either axis
     out = []
     for name, op in sorted({(x.set, x.op) for x in logs} - done):
         shapes = sorted({f"{x.nodes}x{x.per_node}" for x in logs if (x.set, x.op) == (name, op)})
-        out.append(f"# {name} {op}: measured at {', '.join(shapes)}: no two inter-node counts")
+        out.append(f"# {name} {op}: measured at {', '.join(shapes)}: nothing to transfer")
     return out
 
 

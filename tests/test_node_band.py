@@ -9,6 +9,7 @@ import pytest
 
 from commbench.calibration.band import FLOOR, PRIOR_BW, PRIOR_LAT, node_band
 from commbench.calibration.hierarchy import nccl_ratio
+from commbench.calibration.lines import Line
 
 
 def test_alltoall_bytes_scale_with_the_share_that_leaves_the_node():
@@ -31,7 +32,7 @@ def test_sendrecv_does_not_grow_with_nodes_past_two():
 def test_band_from_one_node_count_is_the_stated_prior_over_the_reach():
     w, why = node_band(1.0, 2, 8, [])
     assert w == pytest.approx(PRIOR_BW * 2)
-    assert "prior" in why and "one node count" in why
+    assert "prior" in why and "only 2 nodes measured" in why
     assert node_band(1.0, 2, 8, [], latency_share=1.0)[0] == pytest.approx(PRIOR_LAT * 2)
     assert node_band(1.0, 8, 8, [])[0] == FLOOR  # no reach: the floor
 
@@ -71,3 +72,27 @@ def test_plan_note_only_beyond_the_measured_hosts():
     note = plan_note(doc, "dp", "inter", 32)
     assert note is not None and "2.0 doublings beyond" in note
     assert f"+-{2 * PRIOR_BW:.0%} (bytes) to +-{2 * PRIOR_LAT:.0%} (latency)" in note
+
+
+def _series(p: int, nodes: int, beta: float):
+    from commbench.calibration.lines import SeriesModel
+    from commbench.calibration.series_key import SeriesKey
+
+    key = SeriesKey("nccl", "allreduce", "inter", p, "float32", "pipelined")
+    return SeriesModel(key, 4, 1 << 30, (Line(4, 1 << 30, 20e-6, beta),), ((nodes, p // nodes),))
+
+
+def test_gpus_per_node_trend_of_the_bus_bandwidth():
+    """10 x 1 and 10 x 2 measured, the per-rank bandwidth (B / beta) doubling with the GPUs
+    per node (a NIC per GPU): 10 x 8 is read 4x the 10 x 2 one; a bandwidth that fell with
+    the GPUs is held (slope clamped at 0); another node count or a measured shape: None."""
+    from commbench.calibration.hierarchy import per_node_scale
+
+    b1 = 1.0 / 50e9  # beta per byte of S at 10 x 1, B = 2 (p - 1) / p
+    s1, s2 = _series(10, 10, b1 * 2 * 9 / 10), _series(20, 10, b1 / 2 * 2 * 19 / 20)
+    scale, note = per_node_scale([s1, s2], s2, "allreduce", (80, 10), 1 << 30)
+    assert scale == pytest.approx(4.0, rel=1e-6) and "1+2 measured on 10 nodes" in note
+    slow = _series(20, 10, b1 * 2 * 2 * 19 / 20)  # half the bandwidth at 2 GPUs per node
+    assert per_node_scale([s1, slow], slow, "allreduce", (80, 10), 1 << 30)[0] == 1.0
+    assert per_node_scale([s1, s2], s2, "allreduce", (160, 20), 1 << 30) is None
+    assert per_node_scale([s1, s2], s2, "allreduce", (20, 10), 1 << 30) is None

@@ -61,6 +61,7 @@ def node_band(
     others: list[tuple[int, float]],
     latency_share: float = 0.0,
     priors: Priors = DEFAULT_PRIORS,
+    unit: str = "nodes",
 ) -> tuple[float, str]:
     """(w, why): the relative half-width of the band around `seconds` predicted at n_to nodes
     from n_from, `others` the (nodes, seconds) the same scaling gives from each other node
@@ -79,13 +80,13 @@ def node_band(
         w = max(moved, rate * reach, prior * reach, floor)
         counts = "+".join(str(c) for c in sorted({n_from, *(c for c, _ in others)}))
         why = (
-            f"band +-{w:.0%}: scaled from {counts} nodes the predictions differ by {moved:.0%}, "
+            f"band +-{w:.0%}: scaled from {counts} {unit} the predictions differ by {moved:.0%}, "
             f"{rate:.0%} per doubling, over {reach:.1f} doublings to {n_to}"
         )
     else:
         w = max(prior * reach, floor)
         why = (
-            f"band +-{w:.0%}: one node count measured ({n_from}), so a prior "
+            f"band +-{w:.0%}: only {n_from} {unit} measured, so a prior "
             f"{prior:.0%} per doubling over {reach:.1f} doublings to {n_to}"
         )
     return w, why

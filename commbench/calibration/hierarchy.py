@@ -15,6 +15,7 @@ makes the two agree there: (alpha_fit A(q) - alpha_intra (A(q) - A(Nq))) / A(Nq)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
@@ -63,13 +64,15 @@ def nccl_ratio(
     shape_to: tuple[int, int],
     nbytes: float,
     measured: tuple[float, float, tuple[float, float] | None],
+    bandwidth_scale: float = 1.0,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
     faster of ring and tree (calibration.algorithms), and the algorithm of each; None where
     NCCL has no model of op. `measured` is the series' (seconds, beta per byte of S) at S: its
     bandwidth is that node count's (NCCL's own differs by node count), its time what the
     envelope must take at shape_from, which sets the inter-node step; intra-node steps at the
-    intra link's alpha for op (else NCCL's default NVLink / network ratio)."""
+    intra link's alpha for op (else NCCL's default NVLink / network ratio). `bandwidth_scale`:
+    shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it is the same."""
     (q, nq), (p, n) = shape_from, shape_to
     steps_q = nccl_steps(op, "ring", q, nq)
     if steps_q is None or n < 1 or p < n or steps_q[2] <= 0:
@@ -83,7 +86,7 @@ def nccl_ratio(
     else:
         step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
-    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta)
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale)
     return (target / base, alg_q, alg_p) if base > 0 else None
 
 
@@ -95,6 +98,7 @@ def to_nodes(
     shape_to: tuple[int, int],
     nbytes: float,
     measured: tuple[float, float, tuple[float, float] | None],
+    bandwidth_scale: float = 1.0,
 ) -> tuple[float, str, list[str]] | None:
     """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its (seconds,
     beta per byte) at S, scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
@@ -105,7 +109,7 @@ def to_nodes(
         intra = intra.library  # both links priced under the same model
     notes = [link.note] if link.note else []
     if link.best_model == NCCL:
-        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured)
+        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale)
         if got is not None:
             if nq <= 2 < n:
                 notes.append(
@@ -174,6 +178,43 @@ def _latency_share(
     return min(max(1.0 - beta * steps[2] * nbytes / total, 0.0), 1.0)
 
 
+def per_node_scale(
+    series: list[SeriesModel], s: SeriesModel, op: str, shape_to: tuple[int, int], nbytes: float
+) -> tuple[float, str] | None:
+    """Where s's family was measured at two or more GPUs per node on s's node count and the
+    target asks another: the target's bus bandwidth over s's, from the trend of the measured
+    ones in log(GPUs per node) (least squares; slope clamped to 0..1: a GPU adds at most its
+    share), and a note. The bus bandwidth of an inter-node ring is the node's NICs' (each
+    channel crosses the node once): on rail-optimised nodes with a NIC per GPU it doubles with
+    the GPUs per node (H100 10 x 1 -> 10 x 2: 48.9 -> 98 GB/s), where one NIC per node holds it."""
+    n_from, (p, n) = _one_count(s), shape_to
+    if n_from is None or n != n_from or n_from < 2:
+        return None
+    family = replace(s.key, group_size=0)
+    bw: dict[int, float] = {}  # GPUs per node -> bytes/s per byte of B S
+    for x in series:
+        if _one_count(x) != n_from or replace(x.key, group_size=0) != family:
+            continue
+        steps = nccl_steps(op, "ring", x.key.group_size, n_from)
+        beta = segment_for(x.segments, nbytes).beta_s_per_byte
+        if steps is not None and steps[2] > 0 and beta > 0:
+            bw[x.key.group_size // n_from] = steps[2] / beta
+    g_to, g_from = p // n, s.key.group_size // n_from
+    if len(bw) < 2 or g_to in bw or g_from not in bw:
+        return None
+    xs, ys = [math.log(g) for g in bw], [math.log(b) for b in bw.values()]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+    slope = min(max(slope, 0.0), 1.0)
+    scale = (g_to / g_from) ** slope
+    gs = "+".join(map(str, sorted(bw)))
+    note = (
+        f"bus bandwidth x{scale:.2f} from {g_from} to {g_to} GPUs per node: its trend in "
+        f"log(GPUs per node) over {gs} measured on {n_from} nodes (slope {slope:.2f})"
+    )
+    return scale, note
+
+
 def _one_count(s: SeriesModel) -> int | None:
     counts = {n for n, _ in s.shapes}
     return counts.pop() if len(counts) == 1 else None
@@ -197,9 +238,10 @@ def series_to_nodes(
         return None
     if link.best_model != NCCL and link.library is not None and link.library.best_model == NCCL:
         link = link.library  # across node counts NCCL's own model, whichever fits group sizes
-    got = to_nodes(
-        link, intra, op, (s.key.group_size, n_from), shape_to, nbytes, _measured(s, nbytes)
-    )
+    per_node = per_node_scale(series, s, op, shape_to, nbytes) if link.best_model == NCCL else None
+    scale = per_node[0] if per_node is not None else 1.0
+    shape_from = (s.key.group_size, n_from)
+    got = to_nodes(link, intra, op, shape_from, shape_to, nbytes, _measured(s, nbytes), scale)
     if got is None:
         return None
     seconds = s.at(nbytes) * got[0]
@@ -223,5 +265,10 @@ def series_to_nodes(
         if link.best_model == NCCL
         else 0.0  # NCCL's split only where NCCL's model priced it
     )
+    if per_node is not None:  # the reach is in GPUs per node: its doublings
+        g_from, g_to = s.key.group_size // n_from, shape_to[0] // shape_to[1]
+        band, why = node_band(seconds, g_from, g_to, [], share, priors, "GPUs per node")
+        method = f"{got[1]}; {per_node[1]}"
+        return Scaled(got[0], method, [*got[2], why], band)
     band, why = node_band(seconds, n_from, shape_to[1], others, share, priors)
     return Scaled(got[0], got[1], [*got[2], why], band)
