@@ -39,7 +39,12 @@ def test_ring_and_tree_steps_are_nccls(p, nodes):
     for op in ("allgather", "reduce_scatter"):
         assert nccl_steps(op, "ring", p, nodes) == (p - 1 - (nodes - 1), nodes - 1, (p - 1) / p)
         assert nccl_steps(op, "tree", p, nodes) is None  # NCCL has no tree for them
-    assert nccl_steps("alltoall", "ring", p, nodes) is None
+    # all-to-all: every peer at once; the NIC carries the (p - ppn) / p of S bound off-node
+    off = (p - ppn) / p if nodes > 1 else (p - 1) / p
+    intra = ppn - 1 if nodes > 1 else p - 1
+    assert nccl_steps("alltoall", "ring", p, nodes) == (intra, p - ppn, off)
+    assert nccl_steps("alltoall", "tree", p, nodes) is None
+    assert nccl_steps("sendrecv", "ring", p, nodes) == ((0, 1, 1) if nodes > 1 else (1, 0, 1))
 
 
 def test_faster_algorithm_is_taken():

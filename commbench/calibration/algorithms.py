@@ -274,6 +274,26 @@ NCCL_RING = {  # op -> (steps(p), byte factor(p)) of NCCL's ring; inter steps fo
 }
 
 
+def _nccl_alltoall(p: int, nodes: int) -> tuple[float, float, float]:
+    """NCCL's all-to-all (grouped send/recv to every peer, all posted at once: nccl-tests
+    alltoall.cu): g - 1 peers inside the node, p - g across it (g = p / nodes ranks per node).
+    Its bytes are bound by the NIC: of S, (p - g) / p leave the node, so B is that share where
+    the group spans nodes (per-NIC bytes; NVLink moves the rest faster), (p - 1) / p on one."""
+    g = p // nodes
+    if nodes == 1:
+        return float(p - 1), 0.0, frac(p)
+    return float(g - 1), float(p - g), (p - g) / p
+
+
+def _nccl_sendrecv(p: int, nodes: int) -> tuple[float, float, float]:
+    """nccl-tests sendrecv: every rank sends S to rank + 1 at once; one step, across a node
+    boundary when the group spans nodes (the slowest pair sets the time), B = 1."""
+    return (1.0, 0.0, 1.0) if nodes == 1 else (0.0, 1.0, 1.0)
+
+
+NCCL_P2P = {"alltoall": _nccl_alltoall, "alltoallv": _nccl_alltoall, "sendrecv": _nccl_sendrecv}
+
+
 def nccl_steps(op: str, alg: str, p: int, nodes: int) -> tuple[float, float, float] | None:
     """(intra-node steps, inter-node steps, byte factor B) of NCCL's `alg` for op on p ranks
     over `nodes` nodes (p / nodes per node); None where NCCL has no such algorithm."""
@@ -285,6 +305,8 @@ def nccl_steps(op: str, alg: str, p: int, nodes: int) -> tuple[float, float, flo
             return None
         inter = 2.0 * math.floor(math.log2(nodes))  # NCCL's log2i
         return 2.0 * (p // nodes - 1), inter, 2.0 / TREE_BW
+    if op in NCCL_P2P:
+        return NCCL_P2P[op](p, nodes)
     if op not in NCCL_RING:
         return None
     steps, factor = NCCL_RING[op]

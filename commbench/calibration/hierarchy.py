@@ -15,9 +15,13 @@ makes the two agree there: (alpha_fit A(q) - alpha_intra (A(q) - A(Nq))) / A(Nq)
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
+
 from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
+from commbench.calibration.band import DEFAULT_PRIORS, Priors, node_band
 from commbench.calibration.costmodels import coefficients
-from commbench.calibration.lines import LinkModel
+from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
 
 
 def hierarchical_ratio(
@@ -59,24 +63,30 @@ def nccl_ratio(
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
-    measured: tuple[float, float],
+    measured: tuple[float, float, tuple[float, float] | None],
+    bandwidth_scale: float = 1.0,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
     faster of ring and tree (calibration.algorithms), and the algorithm of each; None where
     NCCL has no model of op. `measured` is the series' (seconds, beta per byte of S) at S: its
     bandwidth is that node count's (NCCL's own differs by node count), its time what the
     envelope must take at shape_from, which sets the inter-node step; intra-node steps at the
-    intra link's alpha for op (else NCCL's default NVLink / network ratio)."""
+    intra link's alpha for op (else NCCL's default NVLink / network ratio). `bandwidth_scale`:
+    shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it is the same."""
     (q, nq), (p, n) = shape_from, shape_to
-    if nccl_steps(op, "ring", q, nq) is None or n < 1 or p < n:
+    steps_q = nccl_steps(op, "ring", q, nq)
+    if steps_q is None or n < 1 or p < n or steps_q[2] <= 0:
         return None
-    seconds, beta_s = measured
-    beta = beta_s / coefficients(NCCL, op, q, nbytes)[1]  # per byte of the ring's B(q) S
+    seconds, beta_s, latency = measured
+    beta = beta_s / steps_q[2]  # per byte of the ring's B(q, Nq) S (all-to-all: per NIC byte)
     other = intra.terms_at(op, nbytes) if intra is not None else None
     hop = other.alpha_s if other is not None else None
-    step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
+    if latency is not None:  # the step from the latency regime (the smallest sizes)
+        step = nccl_inter_latency(op, shape_from, latency[0], latency[1], hop, beta)
+    else:
+        step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
-    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta)
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale)
     return (target / base, alg_q, alg_p) if base > 0 else None
 
 
@@ -87,7 +97,8 @@ def to_nodes(
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
-    measured: tuple[float, float],
+    measured: tuple[float, float, tuple[float, float] | None],
+    bandwidth_scale: float = 1.0,
 ) -> tuple[float, str, list[str]] | None:
     """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its (seconds,
     beta per byte) at S, scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
@@ -98,7 +109,7 @@ def to_nodes(
         intra = intra.library  # both links priced under the same model
     notes = [link.note] if link.note else []
     if link.best_model == NCCL:
-        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured)
+        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale)
         if got is not None:
             if nq <= 2 < n:
                 notes.append(
@@ -121,3 +132,143 @@ def to_nodes(
         "inter-node steps apart"
     )
     return ratio, method, notes
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """An inter series scaled to another node count: the ratio to its time, how, and the
+    band's relative half-width (calibration.band)."""
+
+    ratio: float
+    method: str
+    notes: list[str]
+    band: float
+
+
+def _measured(s: SeriesModel, nbytes: float) -> tuple[float, float, tuple[float, float]]:
+    """(seconds, beta per byte of S) of s at S, and (bytes, seconds) of its latency regime:
+    its smallest size > 0 (a size-0 row of nccl-tests launches nothing: never divided by)."""
+    small = min((b for b, _ in s.knots if b > 0), default=max(s.bytes_min, 1))
+    return s.at(nbytes), segment_for(s.segments, nbytes).beta_s_per_byte, (small, s.at(small))
+
+
+def _latency_share(
+    intra: LinkModel | None,
+    op: str,
+    shape_from: tuple[int, int],
+    shape_to: tuple[int, int],
+    nbytes: float,
+    s: SeriesModel,
+) -> float:
+    """The share of NCCL's time at shape_to that is latency steps, not bytes (nccl_ratio's
+    terms; 0 where NCCL has no model of op): where latency dominates, the steps were scaled
+    furthest and the band is widest."""
+    steps_q = nccl_steps(op, "ring", *shape_from)
+    if steps_q is None or steps_q[2] <= 0:
+        return 0.0
+    seconds, beta_s, (small, t_small) = _measured(s, nbytes)
+    beta = beta_s / steps_q[2]
+    other = intra.terms_at(op, nbytes) if intra is not None else None
+    hop = other.alpha_s if other is not None else None
+    step = nccl_inter_latency(op, shape_from, small, t_small, hop, beta)
+    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta)
+    steps = nccl_steps(op, alg, *shape_to)
+    if steps is None or total <= 0:
+        return 0.0
+    return min(max(1.0 - beta * steps[2] * nbytes / total, 0.0), 1.0)
+
+
+def per_node_scale(
+    series: list[SeriesModel], s: SeriesModel, op: str, shape_to: tuple[int, int], nbytes: float
+) -> tuple[float, str] | None:
+    """Where s's family was measured at two or more GPUs per node on s's node count and the
+    target asks another: the target's bus bandwidth over s's, from the trend of the measured
+    ones in log(GPUs per node) (least squares; slope clamped to 0..1: a GPU adds at most its
+    share), and a note. The bus bandwidth of an inter-node ring is the node's NICs' (each
+    channel crosses the node once): on rail-optimised nodes with a NIC per GPU it doubles with
+    the GPUs per node (H100 10 x 1 -> 10 x 2: 48.9 -> 98 GB/s), where one NIC per node holds it."""
+    n_from, (p, n) = _one_count(s), shape_to
+    if n_from is None or n != n_from or n_from < 2:
+        return None
+    family = replace(s.key, group_size=0)
+    bw: dict[int, float] = {}  # GPUs per node -> bytes/s per byte of B S
+    for x in series:
+        if _one_count(x) != n_from or replace(x.key, group_size=0) != family:
+            continue
+        steps = nccl_steps(op, "ring", x.key.group_size, n_from)
+        beta = segment_for(x.segments, nbytes).beta_s_per_byte
+        if steps is not None and steps[2] > 0 and beta > 0:
+            bw[x.key.group_size // n_from] = steps[2] / beta
+    g_to, g_from = p // n, s.key.group_size // n_from
+    if len(bw) < 2 or g_to in bw or g_from not in bw:
+        return None
+    xs, ys = [math.log(g) for g in bw], [math.log(b) for b in bw.values()]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+    slope = min(max(slope, 0.0), 1.0)
+    scale = (g_to / g_from) ** slope
+    gs = "+".join(map(str, sorted(bw)))
+    note = (
+        f"bus bandwidth x{scale:.2f} from {g_from} to {g_to} GPUs per node: its trend in "
+        f"log(GPUs per node) over {gs} measured on {n_from} nodes (slope {slope:.2f})"
+    )
+    return scale, note
+
+
+def _one_count(s: SeriesModel) -> int | None:
+    counts = {n for n, _ in s.shapes}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def series_to_nodes(
+    series: list[SeriesModel],
+    link: LinkModel,
+    intra: LinkModel | None,
+    s: SeriesModel,
+    op: str,
+    shape_to: tuple[int, int],
+    nbytes: float,
+    priors: Priors = DEFAULT_PRIORS,
+) -> Scaled | None:
+    """An inter series s of one node count scaled to shape_to = (p ranks, N nodes) by
+    to_nodes; its band from the same scaling started from each other node count measured in
+    s's family (same key but the group size, same ranks per node), or from the reach alone."""
+    n_from = _one_count(s)
+    if n_from is None or link.link_class == "intra":
+        return None
+    if link.best_model != NCCL and link.library is not None and link.library.best_model == NCCL:
+        link = link.library  # across node counts NCCL's own model, whichever fits group sizes
+    per_node = per_node_scale(series, s, op, shape_to, nbytes) if link.best_model == NCCL else None
+    scale = per_node[0] if per_node is not None else 1.0
+    shape_from = (s.key.group_size, n_from)
+    got = to_nodes(link, intra, op, shape_from, shape_to, nbytes, _measured(s, nbytes), scale)
+    if got is None:
+        return None
+    seconds = s.at(nbytes) * got[0]
+    family = replace(s.key, group_size=0)  # same op, dtype, timing, ...: another group size
+    ppn = {g for _, g in s.shapes}
+    others = []
+    for x in series:
+        c = _one_count(x)
+        if c in (None, n_from, 1) or replace(x.key, group_size=0) != family:
+            continue
+        if {g for _, g in x.shapes} != ppn:
+            continue
+        assert c is not None
+        g = to_nodes(link, intra, op, (x.key.group_size, c), shape_to, nbytes, _measured(x, nbytes))
+        if g is not None:
+            others.append((c, x.at(nbytes) * g[0]))
+    if intra is not None and intra.best_model != link.best_model:
+        intra = intra.library  # as to_nodes prices it
+    share = (
+        _latency_share(intra, op, (s.key.group_size, n_from), shape_to, nbytes, s)
+        if link.best_model == NCCL
+        else 0.0  # NCCL's split only where NCCL's model priced it
+    )
+    if per_node is not None:  # the reach is in GPUs per node: its doublings
+        g_from, g_to = s.key.group_size // n_from, shape_to[0] // shape_to[1]
+        band, why = node_band(seconds, g_from, g_to, [], share, priors, "GPUs per node")
+        method = f"{got[1]}; {per_node[1]}"
+        return Scaled(got[0], method, [*got[2], why], band)
+    band, why = node_band(seconds, n_from, shape_to[1], others, share, priors)
+    return Scaled(got[0], got[1], [*got[2], why], band)

@@ -23,8 +23,9 @@ import math
 from dataclasses import dataclass, field
 
 from commbench.calibration.algorithms import LIBRARIES, switched
+from commbench.calibration.band import Priors
 from commbench.calibration.costmodels import MODELLED_OPS
-from commbench.calibration.hierarchy import to_nodes
+from commbench.calibration.hierarchy import Scaled, series_to_nodes
 from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model, segment_for
 from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
@@ -50,6 +51,7 @@ class Prediction:
     kind: str = "measured"
     notes: list[str] = field(default_factory=list)
     reach: Reach = field(default_factory=Reach)  # how far beyond the measurements it went
+    band: tuple[float, float] | None = None  # seconds: where the truth should lie (band.py)
 
 
 def _rank(value: str, order: tuple) -> tuple:
@@ -296,17 +298,13 @@ class Calibration:
         )
         return links[0] if links else None
 
-    def _to_nodes(self, link, s, op, p, nodes, nbytes) -> tuple[float, str, list[str]] | None:
-        """calibration.hierarchy's scaling of an inter series of one node count to a group of
-        `nodes` nodes (NCCL's ring/tree model on its links, else the link's model with the
-        intra link's terms): (ratio, method, notes), or None."""
-        counts = {n for n, _ in s.shapes}
-        if nodes is None or len(counts) != 1 or link.link_class == "intra":
+    def _to_nodes(self, link, s, op, p, nodes, nbytes) -> Scaled | None:
+        """calibration.hierarchy's scaling of an inter series of one node count to `nodes`."""
+        if nodes is None:
             return None
         intra = self._link(s.key.backend, "intra", s.key.timing)
-        measured = (s.at(nbytes), segment_for(s.segments, nbytes).beta_s_per_byte)
-        shapes = (s.key.group_size, counts.pop()), (p, nodes)
-        return to_nodes(link, intra, op, *shapes, nbytes, measured)
+        priors = Priors.of(self.doc)  # the band the calibration was written with
+        return series_to_nodes(self.series, link, intra, s, op, (p, nodes), nbytes, priors)
 
     def _extrapolate(
         self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
@@ -356,15 +354,16 @@ class Calibration:
                     )
                 scaled = self._to_nodes(link, s, op, p, nodes, nbytes)
                 if scaled is not None:
-                    ratio, method, notes = scaled
+                    t = s.at(nbytes) * scaled.ratio
                     return Prediction(
-                        seconds=s.at(nbytes) * ratio,
-                        method=method,
+                        seconds=t,
+                        method=scaled.method,
                         extrapolated=True,
                         series=s.key,
                         model=link.best_model,
                         kind=kind,
-                        notes=notes,
+                        notes=scaled.notes,
+                        band=(t / (1 + scaled.band), t * (1 + scaled.band)),
                     )
                 if base > 0:
                     return Prediction(

@@ -19,6 +19,7 @@ pipeline schedules are not primitive ops: they are ignored and counted.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from commbench.commands.argtypes import positive_int
@@ -62,7 +63,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary lines")
 
 
-def print_report(doc: dict, quiet: bool = False, partial_notes: Sequence[str] = ()) -> None:
+def print_report(
+    doc: dict,
+    quiet: bool = False,
+    partial_notes: Sequence[str] = (),
+    warnings: Sequence[str] = (),
+) -> None:
     """The calibration's series table, skipped series and link table, nccl-tests style; a
     partial run's note (results.Run.partial_note: why it is partial, what was kept) under its
     line."""
@@ -123,7 +129,8 @@ def print_report(doc: dict, quiet: bool = False, partial_notes: Sequence[str] = 
     for s in doc["link_skipped"]:
         print(f"# no link model for {s['backend']}/{s['link_class']}/{s['timing']}: {s['reason']}")
     for n in doc["notes"]:
-        print(f"# note: {n}")
+        if n not in warnings:  # those go to stderr as warnings
+            print(f"# note: {n}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -132,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
     from commbench.fit import calibrate
     from commbench.fit.collect import collect, read_fit_runs
     from commbench.fit.options import FitOptions
+    from commbench.fit.settings import mixed_settings
 
     if args.min_sizes < 3:
         raise UsageError("--min-sizes must be at least 3 (a line through 2 sizes has no check)")
@@ -156,7 +164,10 @@ def main(args: argparse.Namespace) -> int:
         )
     doc, outcomes, links = calibrate.build(collected, opts)
     partial = [note for run, _ in runs if (note := run.partial_note()) is not None]
-    print_report(doc, args.quiet, partial)
+    mixed = mixed_settings(doc["provenance"]["runs"])  # also among the doc's notes
+    print_report(doc, args.quiet, partial, mixed)
+    for warning in mixed:
+        print(f"commbench: warning: {warning}", file=sys.stderr)
     if not outcomes:  # every series is in doc["skipped"] with its reason: name the first
         s, more = doc["skipped"][0], len(doc["skipped"]) - 1
         raise UsageError(

@@ -191,6 +191,7 @@ def inference_lines(ev, w) -> None:
 
 
 def explain_text(ev, req, cal, out) -> None:
+    from commbench.calibration.band import plan_note
     from commbench.sizes import format_size
     from commbench.traffic import patterns
     from commbench.traffic.patterns import Role
@@ -216,6 +217,9 @@ def explain_text(ev, req, cal, out) -> None:
         )
         + "\n"
     )
+    for a, d in ev.placement.items():
+        if note := plan_note(cal.doc, a, d["link_class"], d["hosts_spanned"]):
+            w(f"# band: {note}\n")
     w(
         "# memory per GPU (GB): "
         + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in ev.memory.items())

@@ -178,6 +178,7 @@ def print_op_rows(
             Column("measured", "(us)", 11),
             Column("predicted", "(us)", 11),
             Column("error", "(%)", 8),
+            Column("unc", "(+-%)", 6),
             Column("reach", "", 4),
         ],
         out,
@@ -193,10 +194,19 @@ def print_op_rows(
             f"{r['measured_s'] * 1e6:.2f}",
             f"{r['predicted_s'] * 1e6:.2f}" if ok else "-",
             _pct(r["rel_error"]),
+            f"{100 * (r['band'][1] / r['predicted_s'] - 1):.0f}" if ok and r["band"] else "-",
             r["reach"]["text"] if ok else "-",
         )
         if not ok:
             w(f"#   not predicted: {r['why']}\n")
+    banded = [r for r in rows if r["status"] == "ok" and r["band"]]
+    if banded:
+        inside = sum(r["band"][0] <= r["measured_s"] <= r["band"][1] for r in banded)
+        w(
+            f"# unc: the uncertainty band, where the measured time should lie, stated for "
+            f"{len(banded)} prediction(s) "
+            f"beyond the measured node counts (calibration/band.py); {inside} inside it\n"
+        )
     w(f"#\n# summary per op and shape (|error|; share within the band, {band:.0%})\n")
     s = Table(
         [

@@ -16,10 +16,12 @@ from commbench import __version__
 from commbench.calibration import SCHEMA_VERSION
 from commbench.calibration.accuracy import rerun_spread
 from commbench.calibration.algorithms import library_of
+from commbench.calibration.band import Priors
 from commbench.fit.collect import Collected, SeriesData
 from commbench.fit.links import LinkEntry, LinkPoints, fit_link_table
 from commbench.fit.options import FitOptions
 from commbench.fit.series import SeriesFitResult, fit_series
+from commbench.fit.settings import mixed_settings
 from commbench.ops import bus_factor
 
 # contiguous and strided groups of one series agree when their medians are this close (or
@@ -194,7 +196,8 @@ def build_doc(
         "link_table": [e.as_dict() for e in links],
         "link_skipped": link_skipped,
         "noise_floor": noise_floor(outcomes),
-        "notes": notes,
+        "node_band": Priors().as_doc(),  # the band beyond the measured node counts
+        "notes": notes + mixed_settings(collected.runs),
     }
 
 

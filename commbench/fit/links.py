@@ -107,6 +107,22 @@ def _start(items: list[LinkPoints], model: str, nbytes: float | None) -> tuple[f
     )
 
 
+def _bandwidth_term(
+    P: _Points, items: list[LinkPoints], model: str, alpha: float
+) -> tuple[float, float]:
+    """The shared line's beta where the log fit left it at 0 (noisy points that a flat line
+    fits as well, seen on 4 ranks of a loaded 2-core box): the series' own bandwidth regime,
+    the median over series of their last segment's beta / B, with alpha refitted under it
+    (the median of (t - beta B S) / A over the points kept, at least 0). (alpha, 0) where no
+    series has a segment whose time grows with its bytes: fit_link_table says so."""
+    beta = _start(items, model, None)[1]
+    used = (P.w > 0) & (P.A > 0)
+    if not beta > 0 or not used.any():
+        return alpha, 0.0
+    rest = (P.t[used] - beta * P.B[used] * P.x[used]) / P.A[used]
+    return max(float(np.median(rest)), 0.0), beta
+
+
 def _fit_model(
     model: str,
     items: list[LinkPoints],
@@ -118,6 +134,8 @@ def _fit_model(
     link's points."""
     P = _points(items, model, keep)
     alpha, beta, _ = fit_log_line(P.A, P.B * P.x, P.t, P.w, _start(items, model, None), opts)
+    if not beta > 0:
+        alpha, beta = _bandwidth_term(P, items, model, alpha)
     shared = alpha * P.A + beta * P.B * P.x
     pred = shared.copy()
     terms: dict[str, list[Term]] = {}
@@ -279,6 +297,13 @@ def fit_link_table(
                 f"one group size ({ps[0]}) only: every model fits each op's terms alike; "
                 "measure two group sizes to tell how time grows with the group"
             )
+        if not models[best].beta_s_per_byte > 0:
+            why = (
+                "no bandwidth term (beta = 0): no series on this link has a size regime whose "
+                "time grows with its bytes (every size in its latency regime); measure larger "
+                "sizes to price bytes"
+            )
+            note = f"{note}; {why}" if note else why
         library = (libraries or {}).get(backend)
         if library and note:
             note += f"; {library}'s algorithm choice scales the ops it prices"

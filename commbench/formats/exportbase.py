@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commbench.calibration import TIMING_PREFERENCE, Calibration
+from commbench.calibration.band import export_notes
 from commbench.errors import UsageError
 from commbench.traffic.keys import assign
 
@@ -215,6 +216,7 @@ def not_expressed(cal: Calibration, used: list[Tier]) -> list[str]:
                 f"{t.link_class}: the exported {t.model} link line explains the measured points "
                 f"with a median relative error of {t.median_rel_err:.1%}"
             )
+    notes += export_notes(cal.doc)  # how far beyond its node counts the link can be trusted
     skipped = {e["link_class"] for e in cal.doc["link_table"]} - {t.link_class for t in used}
     if skipped:
         notes.append(f"link classes not exported (other backend/timing): {sorted(skipped)}")

@@ -29,7 +29,7 @@ from commbench.formats.common import (
     time_cell,
 )
 from commbench.formats.log_problems import LAUNCHER_FAILURES, NCCL_TESTS_FAILURES
-from commbench.ops import OPS, bus_factor
+from commbench.ops import OPS, bus_factor, canonical_op
 
 TOOL = "nccl-tests"
 BINARY_OPS = {
@@ -45,6 +45,12 @@ _BINARY = re.compile(
     r"(?<![A-Za-z])(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|broadcast|"
     r"reduce|sendrecv|gather|scatter|hypercube)_perf"
 )
+# an op word in a file name without `_perf` (`a100_2x4_allgather_polaris.txt`)
+_NAME_OP = re.compile(
+    r"(?<![A-Za-z])(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|broadcast)"
+    r"(?![A-Za-z])",
+    re.IGNORECASE,
+)
 _NTHREAD = re.compile(
     r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)"
     r"(?:.*?validation:\s*(\d+))?"
@@ -55,7 +61,12 @@ _RANK = re.compile(
 )
 _HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
 _VERSION = re.compile(r"NCCL version (\S+)")
+# a version named in a comment line (`# software: NCCL 2.21.5 ...`), used when no NCCL line says it
+_MENTION = re.compile(r"^#.*?\bNCCL (\d+\.\d+(?:\.[0-9x]+)?)")
+_LIBRARY = re.compile(r"\bnccl-library=(\d{4,6})\b")  # nccl-tests >= 2.13: 22902 = 2.29.2
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)")
+# `NCCL_X=v` / `FI_X=v` written on a comment or command line (a job script echoed in the log)
+_ENV_STATED = re.compile(r"(?<![A-Za-z0-9_])((?:NCCL|FI)_[A-Z0-9_]+)=('[^']*'|\S+)")
 TYPES = {
     "float": "float32",
     "float32": "float32",
@@ -97,6 +108,21 @@ def _infer_op(rows: list[dict], p: int) -> str | None:
     return ops.pop() if len(ops) == 1 else None
 
 
+def _op_from_name(path: Path, n_sections: int, notes: list[str], where: str) -> str | None:
+    """The op a file name says without naming a binary (`..._allgather_...`), with a note
+    that says so: all_gather and reduce_scatter share the bus factor (p-1)/p, so their
+    busbw/algbw ratio cannot tell them apart. None when the name says no one op."""
+    found = {canonical_op(m.replace("_", "")) for m in _NAME_OP.findall(path.name)}
+    if n_sections != 1 or len(found) != 1:
+        return None
+    op = found.pop()
+    notes.append(
+        f"{where}: the log names no binary: op {op} taken from the file name {path.name!r} "
+        "(pass --op to override; all_gather and reduce_scatter share a bus factor)"
+    )
+    return op
+
+
 def _placements(line: str) -> list[str]:
     found = sorted(
         (i, name) for name in ("out-of-place", "in-place") if (i := line.find(name)) >= 0
@@ -124,13 +150,22 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
     sections: list[_Section] = []
     pending_binary = None
     meta: dict = {"env": {}}
+    stated: dict[str, str] = {}
     cur: _Section | None = None
     for n, line in enumerate(lines, 1):
         s = line.strip()
         if m := _VERSION.search(s):
             meta.setdefault("nccl_version", m.group(1))
+        elif m := _LIBRARY.search(s):
+            code = int(m.group(1))  # NCCL_VERSION_CODE: major*10000 + minor*100 + patch
+            meta.setdefault("nccl_version", f"{code // 10000}.{code // 100 % 100}.{code % 100}")
+        elif m := _MENTION.search(s):
+            meta.setdefault("nccl_version_mentioned", m.group(1))
         if m := _ENV.search(s):
             meta["env"][m.group(1)] = m.group(2)
+        elif (s.startswith("#") or _BINARY.search(s)) and not s[:1].isdigit():
+            for key, value in _ENV_STATED.findall(s):
+                stated.setdefault(key, value.strip("'"))
         if not s.startswith("#") and (m := _BINARY.search(s)) and not s[:1].isdigit():
             pending_binary = m.group(1)
             meta.setdefault("command", s)
@@ -159,6 +194,14 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
             cur.header = s.lstrip("#").split()
         elif s and is_count(s.split()[0]) and cur.header is not None:
             cur.rows.append((n, s.split()))
+    meta["env"] = {**stated, **meta["env"]}  # what NCCL says it was set to wins
+    mentioned = meta.pop("nccl_version_mentioned", None)
+    if mentioned is not None:
+        meta.setdefault("nccl_version", mentioned)
+    # what NCCL was told to run (NCCL_DEBUG=INFO's "NCCL_ALGO set by environment to Ring")
+    for key, name in (("NCCL_ALGO", "algorithm"), ("NCCL_PROTO", "protocol")):
+        if key in meta["env"]:
+            meta[name] = meta["env"][key]
     return sections, meta
 
 
@@ -269,6 +312,8 @@ def parse(path: Path, hints: Hints) -> Imported:
                 f"(supported: {', '.join(f'{b}_perf' for b in BINARY_OPS)})"
             )
         op_log = BINARY_OPS.get(binary) if binary else None
+        if op_log is None and hints.op is None:
+            op_log = _op_from_name(path, len(sections), out.notes, where)
         if op_log is None and hints.op is None:
             op_log = _infer_op(rows, p)
         op = hints.resolve(

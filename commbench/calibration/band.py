@@ -1,0 +1,133 @@
+"""The uncertainty band of a prediction beyond the measured node counts.
+
+A prediction at N nodes from a series measured at n nodes rests on the model holding over
+log2(N / n) doublings of the node count. How far it can be trusted is read from the data
+where there is any: when other node counts n_i of the same series family were measured, the
+same scaling started from each of them lands at t_i instead of t; they disagree by
+moved = max |t_i / t - 1| over a distance of max |log2(n / n_i)| doublings, a rate per
+doubling that the band extends over the reach. Beside it a stated prior per doubling,
+PRIOR_BW where the predicted time is bytes and PRIOR_LAT where it is latency steps (blended
+by NCCL's own split of the predicted time: at scale the latency steps are what was scaled
+furthest, and where the transfers miss most):
+
+    w = max(moved, rate * reach, prior * reach, FLOOR),   rate = moved / max |log2(n / n_i)|
+    prior = PRIOR_BW + (PRIOR_LAT - PRIOR_BW) * latency share,   reach = log2(N / n)
+
+and the band is [t / (1 + w), t (1 + w)] (symmetric in log time). The two priors are set from
+the transfers of bench/transfer_real_logs.py (four clusters' nccl-tests logs, 2 to 540 nodes):
+the smallest round values whose band covers at least 80% of the predicted points there (81% of
+410), so that coverage is in-sample; the spread between node counts alone covered 32%
+(the terms move less between 2 and 8 nodes than the fabric does beyond them). SimAI,
+ASTRA-sim and Lumos print no such band; the measure of an honest one is how often it covers
+the truth (bench/transfer_real_logs.py: `covered`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+PRIOR_BW = 0.15  # per doubling, where the time is bytes (NCCL's bandwidth term)
+PRIOR_LAT = 0.50  # per doubling, where the time is latency steps
+FLOOR = 0.05
+
+
+@dataclass(frozen=True)
+class Priors:
+    """The band's stated priors, as a calibration records them (`node_band`), so that a
+    calibration keeps the band it was written with."""
+
+    bytes_per_doubling: float = PRIOR_BW
+    latency_per_doubling: float = PRIOR_LAT
+    floor: float = FLOOR
+
+    def as_doc(self) -> dict:
+        return {**asdict(self), "rule": "commbench/calibration/band.py"}
+
+    @classmethod
+    def of(cls, doc: dict) -> Priors:
+        """A calibration's recorded priors; the defaults where it records none."""
+        got = doc.get("node_band") or {}
+        return cls(**{k: float(got[k]) for k in asdict(cls()) if k in got})
+
+
+DEFAULT_PRIORS = Priors()
+
+
+def node_band(
+    seconds: float,
+    n_from: int,
+    n_to: int,
+    others: list[tuple[int, float]],
+    latency_share: float = 0.0,
+    priors: Priors = DEFAULT_PRIORS,
+    unit: str = "nodes",
+) -> tuple[float, str]:
+    """(w, why): the relative half-width of the band around `seconds` predicted at n_to nodes
+    from n_from, `others` the (nodes, seconds) the same scaling gives from each other node
+    count measured."""
+    reach = abs(math.log2(n_to / n_from)) if n_from > 0 and n_to > 0 else 0.0
+    lo, hi, floor = priors.bytes_per_doubling, priors.latency_per_doubling, priors.floor
+    prior = lo + (hi - lo) * latency_share
+    spread = [
+        (abs(t / seconds - 1), abs(math.log2(n_from / c)))
+        for c, t in others
+        if seconds > 0 and c != n_from
+    ]
+    if spread:
+        moved = max(m for m, _ in spread)
+        rate = moved / max(d for _, d in spread)
+        w = max(moved, rate * reach, prior * reach, floor)
+        counts = "+".join(str(c) for c in sorted({n_from, *(c for c, _ in others)}))
+        why = (
+            f"band +-{w:.0%}: scaled from {counts} {unit} the predictions differ by {moved:.0%}, "
+            f"{rate:.0%} per doubling, over {reach:.1f} doublings to {n_to}"
+        )
+    else:
+        w = max(prior * reach, floor)
+        why = (
+            f"band +-{w:.0%}: only {n_from} {unit} measured, so a prior "
+            f"{prior:.0%} per doubling over {reach:.1f} doublings to {n_to}"
+        )
+    return w, why
+
+
+def export_notes(doc: dict) -> list[str]:
+    """For an export's notes: per link class measured at nodes > 1, the node counts measured and
+    the band commbench states beyond them (a simulator scaling the link carries no band)."""
+    counts: dict[str, set[int]] = {}
+    for s in doc.get("series", ()):
+        for shape in s.get("shapes", ()):
+            if shape.get("nodes", 1) > 1:
+                counts.setdefault(s["link_class"], set()).add(int(shape["nodes"]))
+    return [
+        f"{link}: measured at {'+'.join(map(str, sorted(n)))} nodes; beyond them commbench "
+        f"states a band of +-{PRIOR_BW:.0%} (bytes) to +-{PRIOR_LAT:.0%} (latency) per doubling "
+        f"of the node count, at least what the measured counts disagree by "
+        "(commbench validate --extrapolate; calibration/band.py)"
+        for link, n in sorted(counts.items())
+    ]
+
+
+def plan_note(doc: dict, axis: str, link_class: str, hosts: int) -> str | None:
+    """For `plan --explain`: where a parallel axis' groups span more hosts than the link was
+    measured at, the band commbench states there (the prior over the reach: bytes to latency);
+    None within the measured counts."""
+    counts = sorted(
+        {
+            int(shape["nodes"])
+            for s in doc.get("series", ())
+            if s["link_class"] == link_class
+            for shape in s.get("shapes", ())
+            if shape.get("nodes", 1) > 1
+        }
+    )
+    if not counts or hosts <= counts[-1]:
+        return None
+    reach = math.log2(hosts / counts[-1])
+    lo, hi = max(PRIOR_BW * reach, FLOOR), max(PRIOR_LAT * reach, FLOOR)
+    return (
+        f"{axis} spans {hosts} hosts, its {link_class} link was measured at "
+        f"{'+'.join(map(str, counts))}: {reach:.1f} doublings beyond, where commbench states a "
+        f"band of +-{lo:.0%} (bytes) to +-{hi:.0%} (latency) (calibration/band.py)"
+    )

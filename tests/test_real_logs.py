@@ -1,0 +1,193 @@
+"""Real nccl-tests logs of four public clusters (`../shared/real-logs`, read in place, never copied):
+every file imports, with the op its name says where the log names no binary, zero-size rows
+kept as they were printed, and UCX warning lines skipped. Skips with a reason without the
+shared folder."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from fit_samples import nccl_tests_new
+
+from commbench.formats import nccl_tests
+from commbench.formats.common import Hints
+
+REAL_LOGS = Path(__file__).resolve().parent.parent.parent / "shared" / "real-logs"
+NEEDS_LOGS = pytest.mark.skipif(
+    not REAL_LOGS.is_dir(), reason=f"{REAL_LOGS} absent (the real logs are not in the repo)"
+)
+# file-name op word -> commbench op
+NAME_OPS = {
+    "allreduce": "allreduce",
+    "allgather": "allgather",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "alltoall",
+    "sendrecv": "sendrecv",
+}
+_NAME = re.compile(r"^[a-z0-9]+_(\d+)x(\d+)_([a-z]+)_(.+)\.txt$")
+
+
+def real_logs() -> list[Path]:
+    return sorted(REAL_LOGS.glob("*.txt")) if REAL_LOGS.is_dir() else []
+
+
+@NEEDS_LOGS
+def test_every_real_log_imports_with_the_shape_and_op_its_name_says():
+    logs = real_logs()
+    assert len(logs) >= 50
+    for path in logs:
+        m = _NAME.match(path.name)
+        assert m, path.name
+        nodes, per_node, op_word = int(m.group(1)), int(m.group(2)), m.group(3)
+        imp = nccl_tests.parse(path, Hints())
+        recs = imp.records
+        assert recs, path.name
+        assert {r["op"] for r in recs} == {NAME_OPS[op_word]}, path.name
+        assert {r["group_size"] for r in recs} == {nodes * per_node}, path.name
+        assert {r["hosts_spanned"] for r in recs} == {nodes}, path.name
+        assert {r["link_class"] for r in recs} == {"inter" if nodes > 1 else "intra"}
+        assert imp.meta.get("nccl_version"), path.name  # for the mixed-settings warning
+        assert all(r["time_us"] is not None and r["time_us"] >= 0 for r in recs)
+
+
+@NEEDS_LOGS
+def test_real_logs_zero_size_rows_and_warning_lines():
+    """Polaris all_gather prints sizes below 4 x ranks as 0: kept, never divided by (algbw
+    None or 0, no inf); ABCI V starts with UCX WARN lines that are no rows."""
+    imp = nccl_tests.parse(REAL_LOGS / "a100_2x4_allgather_polaris-nccl221-env5.txt", Hints())
+    zero = [r for r in imp.records if r["bytes"] == 0]
+    assert len(zero) == 10  # 5 rows x 2 placements
+    assert all(not r["algbw_GBps"] for r in zero)
+    assert any("op allgather taken from the file name" in n for n in imp.notes)
+    v100 = nccl_tests.parse(REAL_LOGS / "v100_2x4_allreduce_abci-v.txt", Hints())
+    assert min(r["bytes"] for r in v100.records) == 4 and len(v100.records) == 48
+    assert not v100.problems.warnings
+
+
+def test_op_from_a_file_name_without_perf_and_the_flag_wins(tmp_path):
+    """No binary in the log, `allgather` in the file name: that op, with a note saying so
+    (all_gather and reduce_scatter share a bus factor); --op overrides the name; a name with
+    two op words says nothing."""
+    text = nccl_tests_new(op="allgather", binary=None, redop="none")
+    path = tmp_path / "h100_2x4_allgather_mycluster.txt"
+    path.write_text(text)
+    imp = nccl_tests.parse(path, Hints())
+    assert imp.records[0]["op"] == "allgather"
+    assert any("from the file name" in n for n in imp.notes)
+    assert nccl_tests.parse(path, Hints(op="alltoall")).records[0]["op"] == "alltoall"
+    both = tmp_path / "allgather_vs_alltoall.txt"
+    both.write_text(text)
+    with pytest.raises(Exception, match="pass --op"):
+        nccl_tests.parse(both, Hints())
+
+
+def test_nccl_version_from_nccl_tests_library_line(tmp_path):
+    """nccl-tests >= 2.13 prints `nccl-library=22902` (NCCL_VERSION_CODE): 2.29.2."""
+    text = "# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902\n" + nccl_tests_new()
+    path = tmp_path / "x.log"
+    path.write_text(text)
+    assert nccl_tests.parse(path, Hints()).meta["nccl_version"] == "2.29.2"
+
+
+@NEEDS_LOGS
+def test_transfer_bench_on_one_set():
+    """bench/transfer_real_logs.py on one set: fit 2 nodes -> predict 8, fit 2 + 8 -> predict
+    540, each row scored over its points >= 1 MiB against the 10% / 20% targets."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "transfer_real_logs.py"
+    spec = importlib.util.spec_from_file_location("transfer_real_logs", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    rows = bench.run(["polaris-nccl218-env5"])
+    assert [(r.fitted, r.target, r.goal) for r in rows] == [([2], 8, 0.10), ([2, 8], 540, 0.20)]
+    for r in rows:
+        assert r.points == 22 and 0 <= r.median <= r.max
+        assert r.status == ("PASS" if r.median <= r.goal else "FAIL")
+        assert r.covered is not None and 0 < r.band  # every point beyond 2 nodes has a band
+    assert "polaris-nccl218-env5" in bench.table(rows)
+
+
+def test_runs_of_different_settings_fitted_together_warn_naming_both():
+    from commbench.fit.settings import mixed_settings
+
+    a = {"run_id": "a", "backend": "nccl", "libraries": {"nccl": "2.18.x"}, "env": {}}
+    b = {"run_id": "b", "backend": "nccl", "libraries": {"nccl": "2.21.5"},
+         "env": {"FI_CXI_RDZV_PROTO": "alt_read", "OMP_NUM_THREADS": "4"}}  # fmt: skip
+    (w,) = mixed_settings([a, b])
+    assert "runs a and b" in w and w.index("nccl version 2.18.x vs 2.21.5") < w.index("FI_")
+    assert "OMP_NUM_THREADS" not in w
+    assert mixed_settings([a, dict(a, run_id="c")]) == []
+    assert mixed_settings([a, dict(b, backend="mpi")]) == []  # other backends: not compared
+
+
+@NEEDS_LOGS
+def test_polaris_settings_read_from_the_logs_tell_env4_from_env5():
+    env = {}
+    for name in ("env4", "env5"):
+        path = REAL_LOGS / f"a100_2x4_allreduce_polaris-nccl221-{name}.txt"
+        env[name] = nccl_tests.parse(path, Hints()).meta["env"]
+    assert env["env5"]["FI_CXI_RDZV_PROTO"] == "alt_read"
+    assert "FI_CXI_RDZV_PROTO" not in env["env4"]
+    assert env["env4"]["NCCL_NET"] == env["env5"]["NCCL_NET"] == "AWS Libfabric"
+
+
+@NEEDS_LOGS
+def test_fit_warns_when_nccl_versions_are_mixed(tmp_path, capsys):
+    from commbench import cli
+
+    runs = []
+    for name in (
+        "a100_2x4_allreduce_polaris-nccl218-env5",
+        "a100_2x4_allreduce_polaris-nccl221-env5",
+    ):
+        args = ["import", "nccl-tests", str(REAL_LOGS / f"{name}.txt"), "--results", str(tmp_path)]
+        assert cli.main([*args, "--run-id", name]) == 0
+        runs.append(str(tmp_path / name))
+    capsys.readouterr()
+    assert cli.main(["fit", *runs, "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: runs a100_2x4_allreduce_polaris-nccl218-env5 and" in err
+    assert "nccl version 2.18.x vs 2.21.5" in err
+
+
+@NEEDS_LOGS
+def test_a_calibration_records_its_band_and_predicts_with_it(tmp_path):
+    """fit writes `node_band` (the priors) and the settings note; a prediction beyond the
+    measured node count (all-to-all, 2 x 4 -> 8 x 4) carries a band from those priors."""
+    import json
+
+    from commbench import cli
+    from commbench.calibration.band import Priors
+    from commbench.calibration.document import validate
+    from commbench.calibration.predict import Calibration
+
+    name = "a100_2x4_alltoall_polaris-nccl221-env5"
+    log = str(REAL_LOGS / f"{name}.txt")
+    assert (
+        cli.main(["import", "nccl-tests", log, "--results", str(tmp_path), "--run-id", name]) == 0
+    )
+    out = tmp_path / "cal.json"
+    assert cli.main(["fit", str(tmp_path / name), "-q", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    validate(doc)
+    assert Priors.of(doc) == Priors()
+
+    def band(d: dict) -> tuple[float, float, float]:
+        got = Calibration(d).explain(
+            "alltoall", 1 << 30, 32, "inter", "float32", "nccl", True, nodes=8
+        )
+        assert got.band is not None
+        return got.band[0], got.seconds, got.band[1]
+
+    lo, t, hi = band(doc)
+    assert lo < t < hi
+    wide = dict(doc, node_band={"bytes_per_doubling": 1.0, "latency_per_doubling": 1.0,
+                                "floor": 0.05})  # fmt: skip
+    lo2, t2, hi2 = band(wide)
+    assert t2 == t and hi2 > hi and lo2 < lo
