@@ -334,7 +334,9 @@ def test_plan_text_says_reference_and_explain_lists_steps():
     "args, message",
     [
         (["--model", "llama-7b", "--gpus", "12", "--gpus-per-node", "8"], "whole number of nodes"),
-        (["--model", "llama-7b", "--gpus", "7", "--gpus-per-node", "8"], "no split of 7 GPUs"),
+        # 7 stages of 4 layers cannot be split (7 of 32 can: Megatron's uneven stages)
+        (["--model", "llama-7b:layers=4", "--gpus", "7", "--gpus-per-node", "8"],
+         "no split of 7 GPUs"),
         (["--model", "llama-70b", "--gpus", "8", "--gpu-memory", "16"], "smallest per-GPU need"),
         (["--model", "nope", "--gpus", "8"], "unknown model"),
         (["--model", "llama-7b", "--gpus", "8", "--mode", "infer", "--zero-stage", "1"], "infer"),

@@ -11,7 +11,7 @@ from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes,
 
 def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
     """Bytes per GPU of the busiest rank by kind, and the total."""
-    model, seq = req.model, req.seq
+    model, seq = req.model.for_pipeline(cfg.pp), req.seq  # uneven stages where pp needs them
     if req.mode == "train":
         mem = training_memory(
             model,

@@ -85,7 +85,7 @@ class Planner:
         else:
             options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
             progs = patterns.training_step(
-                layout, req.model, self.workload(cfg), cfg.zero_stage, options
+                layout, req.model.for_pipeline(cfg.pp), self.workload(cfg), cfg.zero_stage, options
             )
         # one object per distinct Program (ZeRO stages share the others), so estimates cached
         # by Program identity are reused across stages and rank orders
@@ -114,7 +114,8 @@ class Planner:
                 if k in ("seq_len", "micro_batch", "sequence_parallel")
             }
             opts.update(self.pp_options(cfg, micro_batches))
-            hit = self._programs[key] = patterns.build(name, layout, self.req.model, opts)
+            model = self.req.model.for_pipeline(cfg.pp)
+            hit = self._programs[key] = patterns.build(name, layout, model, opts)
         return hit
 
     def pipeline(

@@ -113,7 +113,8 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                 )
                 for ep in eps:
                     layout = ParallelLayout(req.gpus, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
-                    bad = [why for _, why in violations(layout, model, seq, req.sequence_parallel)]
+                    split = model.for_pipeline(pp)  # Megatron's uneven split if pp needs one
+                    bad = [why for _, why in violations(layout, split, seq, req.sequence_parallel)]
                     for b in req.micro_batch_sizes:
                         reasons = list(bad)
                         m = B // (dp * b) if B % (dp * b) == 0 else 0

@@ -62,7 +62,8 @@ def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
 def step_program(req: PlanRequest, cfg: Config) -> Program:
     """The step Program of a planned config: what --verify measures and prices."""
     layout = ParallelLayout(req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp)
-    return patterns.build(STEP_PATTERN, layout, req.model, step_options(req, cfg))
+    model = req.model.for_pipeline(cfg.pp)  # uneven stages as the planner priced them
+    return patterns.build(STEP_PATTERN, layout, model, step_options(req, cfg))
 
 
 def by_axis(prog: Program, seconds: Sequence[float | None]) -> dict[str, float]:

@@ -46,7 +46,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     check(layout, model, options.seq(model))
     c = layout.cp
     unit = kv_unit_bytes(layout, model, options)
-    n = model.layers // layout.pp * options.micro_batches
+    n = max(model.stage_counts(layout.pp)) * options.micro_batches  # the busiest stage
     meta = {"kv_unit_bytes": unit, "forward_units": c - 1, "backward_units": 2 * (c - 1)}
     if c == 1:
         return Program(NAME, (), meta)

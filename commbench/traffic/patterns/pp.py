@@ -18,6 +18,7 @@ from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check
+from commbench.traffic.pipeline_split import stage_weights
 from commbench.traffic.program import Action, Program, Step
 
 NAME = "pp"
@@ -70,18 +71,25 @@ def tag(direction: int, micro_batch: int) -> int:
 
 
 def schedule(
-    p: int, m: int, nbytes: int, forward_s: float = 0.0, backward_s: float = 0.0
+    p: int,
+    m: int,
+    nbytes: int,
+    forward_s: float = 0.0,
+    backward_s: float = 0.0,
+    weights: tuple[float, ...] | None = None,
 ) -> tuple[tuple[Action, ...], ...]:
     """Per-stage action lists of 1F1B: a forward receives from the previous stage, computes,
-    sends to the next; a backward receives from the next, computes, sends to the previous."""
+    sends to the next; a backward receives from the next, computes, sends to the previous.
+    Stage i's compute is `weights[i]` x forward_s / backward_s (uneven stages; default 1)."""
     out = []
     for i, passes in enumerate(one_f_one_b(p, m)):
         acts: list[Action] = []
+        w = 1.0 if weights is None else weights[i]
         for d, j in passes:
             src, dst = (-1, +1) if d == FWD else (+1, -1)
             if 0 <= i + src < p:
                 acts.append(Action("recv", src, nbytes, tag=tag(d, j)))
-            seconds = forward_s if d == FWD else backward_s
+            seconds = w * (forward_s if d == FWD else backward_s)
             if seconds > 0:
                 acts.append(Action("compute", seconds=seconds))
             if 0 <= i + dst < p:
@@ -213,7 +221,8 @@ def simulate(
 
 
 def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
-    """One step's 1F1B schedule on the pp axis (all pipelines at once)."""
+    """One step's 1F1B schedule on the pp axis (all pipelines at once); with uneven stages
+    (the model's Megatron split) each stage's compute stand-in scales with its layers."""
     seq = options.seq(model)
     check(layout, model, seq, options.sequence_parallel)
     p, m = layout.pp, options.micro_batches
@@ -222,9 +231,11 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         act //= layout.tp
     fwd = options.compute_ms / 1e3
     bwd = fwd * options.backward_factor
+    weights = stage_weights(model.layers, p, model.split)
     meta = {
         "activation_bytes": act,
         "micro_batches": m,
+        "stage_layers": model.stage_counts(p),
         "bubble_fraction": bubble_fraction(p, m),
         "compute_s": m * (fwd + bwd),
         "forward_s": fwd,
@@ -239,8 +250,9 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         repeat=1,
         phase="forward+backward",
         dtype=options.dtype,
-        label=f"1F1B p={p} m={m}",
-        schedule=schedule(p, m, act, fwd, bwd),
+        label=f"1F1B p={p} m={m}"
+        + ("" if len(set(weights)) == 1 else f" {model.split.describe()}"),
+        schedule=schedule(p, m, act, fwd, bwd, None if len(set(weights)) == 1 else weights),
         ring=False,
     )
     return Program(NAME, (step,), meta)
