@@ -376,7 +376,9 @@ def test_a_pipeline_pays_the_inter_node_link_only_between_stages_on_two_nodes(re
     model = models.parse_model_arg("llama-7b")
     prog = pp_pattern.build(layout, model, pp_pattern.Options(micro_batches=4, seq_len=2048))
     (step,) = prog.steps
-    assert pp_pattern.stage_links(layout.groups("pp"), nodes) == ("intra", "inter", "intra")
+    # the last pair is the ring's 3 -> 0 (interleaved 1F1B only: 1F1B never prices it)
+    links = ("intra", "inter", "intra", "inter")
+    assert pp_pattern.stage_links(layout.groups("pp"), nodes) == links
     ev = Evaluator(ref)
     est = ev.program(prog, layout)
     intra, inter = (ref.predict("sendrecv", step.nbytes, 2, link) for link in ("intra", "inter"))

@@ -27,6 +27,7 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
             grad_dtype=req.grad_dtype,
             sequence_parallel=req.sequence_parallel,
             recompute=req.recompute,
+            virtual_stages=cfg.virtual_stages,
         ).as_dict()
         return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
     weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")

@@ -58,7 +58,8 @@ class Planner:
         """The pipeline pattern's options: forward compute per micro-batch from the compute
         model (backward twice that), `micro_batches` of them."""
         fwd_s = 0.0 if self.compute_s is None else self.compute_s / cfg.micro_batches / 3.0
-        return {"compute_ms": fwd_s * 1e3, "backward_factor": 2.0, "micro_batches": micro_batches}
+        return {"compute_ms": fwd_s * 1e3, "backward_factor": 2.0, "micro_batches": micro_batches,
+                "virtual_stages": cfg.virtual_stages}  # fmt: skip
 
     def pp_simulated(self, cfg: Config) -> int:
         """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
@@ -74,7 +75,7 @@ class Planner:
         micro-batches than the step (pp_simulated)."""
         m_sim = self.pp_simulated(cfg)
         key = (cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch, cfg.micro_batches,
-               cfg.zero_stage, m_sim)  # fmt: skip
+               cfg.zero_stage, m_sim, cfg.virtual_stages)  # fmt: skip
         hit = self._programs.get(key)
         if hit is not None:
             return hit
@@ -96,13 +97,14 @@ class Planner:
     def _shared(self, name: str, cfg: Config, m_sim: int, prog: Program) -> Program:
         stage = cfg.zero_stage if patterns.get(name).role is Role.GRADIENT else None
         key = ("shared", name, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch,
-               cfg.micro_batches, m_sim, stage)  # fmt: skip
+               cfg.micro_batches, m_sim, stage, cfg.virtual_stages)  # fmt: skip
         return self._programs.setdefault(key, prog)
 
     def pp_program(self, name: str, cfg: Config, micro_batches: int) -> Program:
         """The pipeline Program `name` of `cfg` with another number of micro-batches (same
         per-micro-batch compute and message size)."""
-        key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches)
+        key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches,
+               cfg.virtual_stages)  # fmt: skip
         hit = self._programs.get(key)
         if hit is None:
             layout = ParallelLayout(
@@ -218,7 +220,7 @@ class Planner:
                 RoleTimes.of(estimates),
                 compute_s=self.compute_s,
                 pp=cfg.pp,
-                micro_batches=cfg.micro_batches,
+                micro_batches=cfg.micro_batches * cfg.virtual_stages,  # chunk passes
                 overlap_dp=req.overlap_dp,
             )
         return Evaluation(
@@ -346,7 +348,8 @@ def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
 
     def matches(cfg: Config) -> bool:
         d = cfg.as_dict()
-        return all(d[k] == v for k, v in want.items() if k != "order")
+        vp = d["virtual_stages"] == want.get("virtual_stages", 1)  # unnamed: plain 1F1B
+        return vp and all(d[k] == v for k, v in want.items() if k != "order")
 
     hits = [c for c in candidates(req) if matches(c.config)]
     if not hits:

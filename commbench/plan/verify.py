@@ -36,7 +36,8 @@ def select(result: PlanResult, world: int, k: int) -> list[Config]:
     seen: dict[tuple, Config] = {}
     for ev in result.ranked:
         c = ev.config
-        key = (c.tp, c.cp, c.ep, c.dp, c.pp, c.micro_batch, c.micro_batches, c.zero_stage)
+        key = (c.tp, c.cp, c.ep, c.dp, c.pp, c.micro_batch, c.micro_batches, c.zero_stage,
+               c.virtual_stages)  # fmt: skip
         if ev.fits and key not in seen:
             seen[key] = c
     if len(seen) < k:
@@ -56,6 +57,7 @@ def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
         "sequence_parallel": req.sequence_parallel,
         "grad_dtype": req.grad_dtype,
         "zero_stage": cfg.zero_stage,
+        "virtual_stages": cfg.virtual_stages,
     }
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.traffic.model import ModelShape
+from commbench.traffic.patterns import pp_interleaved
 
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weights + first and second moments (ZeRO paper, K=12)
 RECOMPUTE = ("none", "selective", "full")
@@ -99,11 +100,15 @@ def activation_bytes(
     sequence_parallel: bool = False,
     recompute: str = "selective",
     stage: int = 0,
+    virtual_stages: int = 1,
 ) -> float:
     """Activations held by a rank of pipeline stage `stage` (default the first, the busiest
     under 1F1B with even stages): its layers' activations for min(pp - stage, m) in-flight
     micro-batches, the embedding's on the first stage, and the output layer's on the last for
-    the one micro-batch it holds (with one stage: Megatron-LM's theoretical estimate)."""
+    the one micro-batch it holds (with one stage: Megatron-LM's theoretical estimate). With
+    v virtual stages (interleaved 1F1B) a stage holds its warm-up chunks plus one, each 1/v
+    of its layers: p + (p-1)/v micro-batches' worth on the first stage (Korthikanti et al.
+    2022, section 4.2.3's 1 + (p-1)/(p v) factor)."""
     per_layer = {
         moe: activation_bytes_per_layer(
             model, seq, micro_batch, tp, cp, sequence_parallel, recompute, moe
@@ -113,7 +118,11 @@ def activation_bytes(
     per_mb = sum(per_layer[model.is_moe_layer(i)] for i in model.stage_layers(pp, stage))
     if stage == 0:
         per_mb += embedding_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
-    held = per_mb * in_flight_micro_batches(pp, micro_batches, stage)
+    if virtual_stages > 1 and pp > 1:
+        chunks = pp_interleaved.in_flight_chunks(pp, stage, micro_batches, virtual_stages)
+        held = per_mb * chunks / virtual_stages
+    else:
+        held = per_mb * in_flight_micro_batches(pp, micro_batches, stage)
     if stage == pp - 1:
         held += output_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
     return held
@@ -170,6 +179,7 @@ def training_memory(
     optimizer_bytes: int = ADAM_BYTES_PER_PARAM,
     sequence_parallel: bool = False,
     recompute: str = "selective",
+    virtual_stages: int = 1,
 ) -> TrainingMemory:
     """Per-rank memory of the busiest rank: weights (param dtype), gradients (grad dtype),
     Adam states (12 bytes/param) and activations, of the pipeline stage whose sum is largest
@@ -200,7 +210,7 @@ def training_memory(
             optimizer=sharded(1) * optimizer_bytes,
             activations=activation_bytes(
                 model, seq, micro_batch, tp, cp, pp, micro_batches, sequence_parallel,
-                recompute, stage,
+                recompute, stage, virtual_stages,
             ),
         )  # fmt: skip
 

@@ -15,6 +15,7 @@ is the split the planner uses for a depth that does not divide the layers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -148,6 +149,24 @@ def stage_counts(layers: int, pp: int, split: PipelineSplit = PipelineSplit()) -
     return tuple(counts)
 
 
+def virtual_error(layers: int, pp: int, split: PipelineSplit, v: int) -> str | None:
+    """Why `v` virtual stages (model chunks) a stage cannot hold its layers, or None: each
+    stage's layer slots (its layers, plus the embedding / loss where counted) must split
+    into v chunks of at least one (Megatron asserts the divisibility)."""
+    if v == 1 or pp == 1:
+        return None
+    counts = list(stage_counts(layers, pp, split))
+    counts[0] += int(split.account_for_embedding_in_pipeline_split)
+    counts[-1] += int(split.account_for_loss_in_pipeline_split)
+    for i, n in enumerate(counts):
+        if n < v or n % v:
+            return (
+                f"virtual_stages={v}: stage {i} holds {n} layer(s), which do not split into "
+                f"{v} model chunks of equal size (a divisor of {math.gcd(*counts)} does)"
+            )
+    return None
+
+
 def stage_weights(layers: int, pp: int, split: PipelineSplit) -> tuple[float, ...]:
     """Each stage's share of the compute relative to the mean stage (1.0 = even): its layers,
     plus the embedding / loss where the split counts them as a layer (Megatron's premise)."""
@@ -161,16 +180,22 @@ def stage_weights(layers: int, pp: int, split: PipelineSplit) -> tuple[float, ..
 
 @lru_cache(maxsize=1024)
 def megatron_split(layers: int, pp: int) -> PipelineSplit:
-    """The split used for a depth that does not divide the layers: the stages between first
-    and last even, first and last holding the rest (at most one apart, the last the lighter:
-    it also runs the output layer and loss), the busiest stage as light as it can be, then
-    the middle stages as full as they can be. Llama 3 405B on 16 stages: 7, 8 x 14, 7 (as
-    trained, Llama 3 paper 3.3.2); DeepSeek-V3's 61 layers on 16: 3, 4 x 14, 2. Even depths
-    return the even split."""
+    """The split used for a depth that does not divide the layers. Where counting the
+    embedding and the loss (or the loss alone) as a layer makes the stages even, Megatron's
+    account_for_* settings: Llama 3 405B on 16 stages, 7, 8 x 14, 7 (as trained, Llama 3
+    paper 3.3.2), every stage 8 slots, so interleaving can split them. Else the stages
+    between first and last even, first and last holding the rest (at most one apart, the
+    last the lighter: it also runs the output layer and loss), the busiest stage as light as
+    it can be, then the middle stages as full as they can be: DeepSeek-V3's 61 layers on 16,
+    3, 4 x 14, 2. Even depths return the even split."""
     if pp == 1 or layers % pp == 0:
         return PipelineSplit()
     if pp > layers:
         raise UsageError(f"pp={pp} is more stages than the {layers} layers")
+    for e, lo in ((True, True), (False, True)):
+        split = PipelineSplit(None, None, e, lo)
+        if split_error(layers, pp, split) is None:
+            return split
     best: tuple[tuple[int, int], PipelineSplit] | None = None
     for mid in range(0 if pp == 2 else 1, layers + 1):
         rest = layers - mid * (pp - 2)

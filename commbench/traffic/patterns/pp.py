@@ -17,8 +17,9 @@ from itertools import accumulate
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
+from commbench.traffic.patterns import pp_interleaved
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check
-from commbench.traffic.pipeline_split import stage_weights
+from commbench.traffic.pipeline_split import stage_weights, virtual_error
 from commbench.traffic.program import Action, Program, Step
 
 NAME = "pp"
@@ -35,11 +36,18 @@ class Options(TrafficOptions):
     sequence_parallel: bool = False
     compute_ms: float = 0.0
     backward_factor: float = 2.0
+    virtual_stages: int = (
+        1  # > 1: interleaved 1F1B (Megatron's virtual_pipeline_model_parallel_size)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.compute_ms < 0 or self.backward_factor < 0:
             raise UsageError("compute_ms and backward_factor must be 0 or more")
+        if isinstance(self.virtual_stages, bool) or not isinstance(self.virtual_stages, int):
+            raise UsageError(f"virtual_stages {self.virtual_stages!r}: give a positive integer")
+        if self.virtual_stages < 1:
+            raise UsageError(f"virtual_stages={self.virtual_stages}: give 1 or more")
 
 
 def bubble_fraction(p: int, m: int) -> float:
@@ -118,16 +126,30 @@ def forward_schedule(
 
 
 def stage_links(groups: tuple[tuple[int, ...], ...], nodes: tuple[int, ...]) -> tuple[str, ...]:
-    """Link class between stage i and i+1, for each i: `inter` where any pipeline's two ranks
-    sit on different nodes (the pipelines run at once, so the slowest pair sets the pace),
-    else `intra`. With tp and dp inside a node, pp=4 on 2 nodes is intra, inter, intra."""
+    """Link class between stage i and i+1, for each i, then (p > 2) between the last stage
+    and the first (interleaved 1F1B's ring): `inter` where any pipeline's two ranks sit on
+    different nodes (the pipelines run at once, so the slowest pair sets the pace), else
+    `intra`. With tp and dp inside a node, pp=4 on 2 nodes is intra, inter, intra, inter."""
     p = len(groups[0])
+    pairs = [(i, i + 1) for i in range(p - 1)] + ([(p - 1, 0)] if p > 2 else [])
     if not nodes:
-        return ("intra",) * (p - 1)
+        return ("intra",) * len(pairs)
     return tuple(
-        "inter" if any(nodes[g[i]] != nodes[g[i + 1]] for g in groups) else "intra"
-        for i in range(p - 1)
+        "inter" if any(nodes[g[a]] != nodes[g[b]] for g in groups) else "intra" for a, b in pairs
     )
+
+
+def pair_index(src: int, dst: int) -> int:
+    """Index in stage_links of the stage pair a message crosses (neighbours i, i+1: i; the
+    ring's last-to-first pair: the last index, p - 1)."""
+    return min(src, dst) if abs(src - dst) == 1 else max(src, dst)
+
+
+def used_links(sched: tuple[tuple[Action, ...], ...], links: tuple[str, ...]) -> tuple[str, ...]:
+    """The stage_links a schedule's messages cross: the ring pair only where some message
+    wraps from the last stage to the first (interleaved), so plain 1F1B never prices it."""
+    wraps = any(abs(a.peer) > 1 for acts in sched for a in acts if a.kind != "compute")
+    return links if wraps else links[: max(0, len(sched) - 1)]
 
 
 def simulate(
@@ -142,7 +164,7 @@ def simulate(
     a message takes `message_s` (or `message_s(src, dst, nbytes)`: the stages and size of that
     message, so a pipeline is priced per stage pair) from its post, or from when the previous
     message in the same direction between the same stages arrived (one at a time; in either
-    direction for the pairs (i, i+1) whose i is in `half_duplex`: a transport whose two
+    direction for the pairs whose pair_index is in `half_duplex`: a transport whose two
     directions take turns), and a group completes when its sends are delivered and its
     receives have arrived, compute taking its seconds. Sends held until delivered matter:
     with sends that never blocked, the makespan of 1F1B on 2 emulated nodes came out 20%
@@ -167,8 +189,8 @@ def simulate(
     free: dict[tuple[int, int], float] = {}  # link (direction) -> when it is idle
 
     def link(src: int, dst: int) -> tuple[int, int]:
-        lo = min(src, dst)
-        return (lo, lo + 1) if lo in half_duplex else (src, dst)
+        pair = pair_index(src, dst)
+        return (pair, -1) if pair in half_duplex else (src, dst)
 
     while heap:
         _, i = heapq.heappop(heap)
@@ -232,17 +254,26 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     fwd = options.compute_ms / 1e3
     bwd = fwd * options.backward_factor
     weights = stage_weights(model.layers, p, model.split)
+    v = options.virtual_stages if p > 1 else 1
+    bad = virtual_error(model.layers, p, model.split, v)
+    if bad:
+        raise UsageError(f"{model.name}: {bad}")
+    pp_interleaved.check(p, m, v)
     meta = {
         "activation_bytes": act,
         "micro_batches": m,
+        "virtual_stages": v,
         "stage_layers": model.stage_counts(p),
-        "bubble_fraction": bubble_fraction(p, m),
+        "bubble_fraction": bubble_fraction(p, m)
+        if v == 1
+        else pp_interleaved.bubble_fraction(p, m, v),
         "compute_s": m * (fwd + bwd),
         "forward_s": fwd,
         "backward_s": bwd,
     }
     if p == 1:
         return Program(NAME, (), meta)
+    even = len(set(weights)) == 1
     step = Step(
         op="p2p_schedule",
         nbytes=act,
@@ -250,9 +281,12 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         repeat=1,
         phase="forward+backward",
         dtype=options.dtype,
-        label=f"1F1B p={p} m={m}"
-        + ("" if len(set(weights)) == 1 else f" {model.split.describe()}"),
-        schedule=schedule(p, m, act, fwd, bwd, None if len(set(weights)) == 1 else weights),
+        label=("1F1B" if v == 1 else f"interleaved 1F1B v={v}")
+        + f" p={p} m={m}"
+        + ("" if even else f" {model.split.describe()}"),
+        schedule=schedule(p, m, act, fwd, bwd, None if even else weights)
+        if v == 1
+        else pp_interleaved.schedule(p, m, v, act, fwd, bwd, None if even else weights),
         ring=False,
     )
     return Program(NAME, (step,), meta)
@@ -265,8 +299,10 @@ def point_facts(meta: dict, time_s: float) -> list[Fact]:
     if not compute:
         return []
     measured = max(0.0, 1 - compute / time_s) if time_s > 0 else 0.0
+    v = meta.get("virtual_stages", 1)
+    theory = "bubble (p-1)/(m+p-1)" if v == 1 else f"bubble (p-1)/(v m+p-1), v={v}"
     return [
         Fact("synthetic_compute_ms", "time includes synthetic compute (ms)", compute * 1e3),
         Fact("bubble_measured", "bubble measured", measured, ".1%"),
-        Fact("bubble_theory", "bubble (p-1)/(m+p-1)", meta["bubble_fraction"], ".1%"),
+        Fact("bubble_theory", theory, meta["bubble_fraction"], ".1%"),
     ]
