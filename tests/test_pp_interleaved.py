@@ -140,3 +140,18 @@ def test_uneven_and_interleaved_run_under_mpirun(tmp_path, pattern):
     assert "Points with wrong data : 0 of 2 (checked)" in job.stdout
     if pattern == "pp":
         assert "bubble (p-1)/(v m+p-1), v=3" in job.stdout
+
+
+def test_report_timeline_names_interleaved_passes():
+    """The report's 1F1B timeline replays an interleaved schedule: each stage runs m v chunk
+    forwards and as many backwards, each micro-batch v times a direction."""
+    from collections import Counter
+
+    from commbench.report.timeline import replay
+
+    p, m, v = 4, 8, 2
+    passes, makespan = replay(il.schedule(p, m, v, 64, 1e-3, 2e-3), 0.0, v)
+    assert makespan == pytest.approx(m * 3e-3 + (p - 1) * 3e-3 / v)
+    for stage in range(p):
+        seen = Counter((x.direction, x.micro_batch) for x in passes if x.stage == stage)
+        assert seen == {(d, j): v for d in "FB" for j in range(m)}

@@ -117,16 +117,18 @@ def schedule(
             sends = [a for a in items if a is not None and a.kind == "send"]
             acts.extend(sends + [a for a in items if a is not None and a.kind == "recv"])
 
-        def compute(seconds: float) -> None:
-            if seconds > 0:
-                acts.append(Action("compute", seconds=seconds))
+        def compute(seconds: float, d: int, k: int) -> None:
+            if seconds > 0:  # tagged with its pass (the report's timeline names it)
+                acts.append(
+                    Action("compute", seconds=seconds, tag=tag(d, tab[k][0], chunk(k, d), v))
+                )
 
         w_i = warmup(p, i, m, v)
         rest = total - w_i
         if i != 0:  # the first pass's input
             acts.append(Action("recv", -1, nbytes, tag=tag(FWD, tab[0][0], 0, v)))
         for k in range(w_i):
-            compute(fwd)
+            compute(fwd, FWD, k)
             recv_prev = recv_for(i, k, FWD) if k != total - 1 else None
             if k == w_i - 1 and rest:  # the last warm-up pass also asks for the first grad
                 first = None if i == p - 1 else Action(
@@ -137,14 +139,14 @@ def schedule(
                 group(send_of(i, k, FWD), recv_prev)
         for k in range(rest):
             f = k + w_i
-            compute(fwd)
-            compute(bwd)
+            compute(fwd, FWD, f)
+            compute(bwd, BWD, k)
             recv_prev = recv_for(i, f, FWD) if k != rest - 1 else None
             group(send_of(i, f, FWD), send_of(i, k, BWD), recv_prev, recv_for(i, k, BWD))
         if not rest and i != p - 1:  # every pass was a warm-up one: ask for the first grad
             acts.append(Action("recv", step(i, FWD), nbytes, tag=tag(BWD, tab[0][0], v - 1, v)))
         for k in range(rest, total):
-            compute(bwd)
+            compute(bwd, BWD, k)
             recv_next = recv_for(i, k, BWD) if k != total - 1 else None
             group(send_of(i, k, BWD), recv_next)
         return tuple(acts)
