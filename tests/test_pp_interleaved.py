@@ -155,3 +155,43 @@ def test_report_timeline_names_interleaved_passes():
     for stage in range(p):
         seen = Counter((x.direction, x.micro_batch) for x in passes if x.stage == stage)
         assert seen == {(d, j): v for d in "FB" for j in range(m)}
+
+
+def test_the_planner_prices_and_searches_interleaving():
+    """llama-7b on 8 GPUs, --virtual-stages 1,2: each pp >= 3 config is tried both ways; at
+    dp2-pp4 (m = 128) the interleaved one sends twice the pipeline messages (more of them on
+    the critical path), has half the compute bubble, and holds p + (p-1)/v = 5.5 micro-batches of activations, not 4."""
+    from commbench import calibration
+    from commbench.calibration import reference
+    from commbench.plan import explain, plan
+    from commbench.plan.request import request_from_flags
+
+    cal = calibration.load(reference.shipped_path(), kind="reference")
+    req = request_from_flags(
+        cal, model="llama-7b", gpus=8, gpus_per_node=8, gpu_memory_gb=None, seq_len=4096,
+        global_batch=256, micro_batch="1", zero_stage="1", sequence_parallel=False,
+        mode="train", peak_tflops=None, mfu=None, recompute="selective", grad_dtype="float32",
+        overlap_dp=False, orders="megatron", extrapolate=False, backend=None,
+        virtual_stages="1,2",
+    )  # fmt: skip
+    ranked = {e.config.label: e for e in plan(req, cal).ranked}
+    assert "tp1-cp1-dp2-pp4" in ranked and "tp1-cp1-dp2-pp4-vp2" in ranked
+    assert not any("-vp" in label and "pp2" in label for label in ranked)  # pp < 3: plain
+    one = explain(req, cal, "tp1-cp1-dp2-pp4")
+    two = explain(req, cal, "tp1-cp1-dp2-pp4-vp2")
+    assert one.config.virtual_stages == 1 and two.config.virtual_stages == 2
+    # messages on the critical path: more of them, mostly hidden behind the compute
+    assert two.time.pipeline > one.time.pipeline
+    bubble = one.time.compute * 3 / 128  # (p-1)/m of the compute, plain 1F1B
+    assert one.time.bubble == pytest.approx(bubble, rel=0.05)
+    assert two.time.bubble == pytest.approx(bubble / 2, rel=0.05)
+    ratio = two.memory["activations"] / one.memory["activations"]
+    assert ratio == pytest.approx(5.5 / 4, rel=0.02)
+
+
+def test_cli_explain_with_a_virtual_depth_the_layers_refuse():
+    job = run_single("plan", "--model", "llama-7b", "--gpus", "8", "--explain",
+                     "tp1-cp1-dp2-pp4-vp3")  # fmt: skip
+    assert job.returncode == 2, job.output
+    assert "virtual_stages=3: stage 0 holds 8 layer(s)" in job.stderr
+    assert "Traceback" not in job.output

@@ -95,9 +95,11 @@ class Planner:
         return progs
 
     def _shared(self, name: str, cfg: Config, m_sim: int, prog: Program) -> Program:
-        stage = cfg.zero_stage if patterns.get(name).role is Role.GRADIENT else None
+        role = patterns.get(name).role
+        stage = cfg.zero_stage if role is Role.GRADIENT else None
+        vp = cfg.virtual_stages if role is Role.PIPELINE else None  # the rest is shared
         key = ("shared", name, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch,
-               cfg.micro_batches, m_sim, stage, cfg.virtual_stages)  # fmt: skip
+               cfg.micro_batches, m_sim, stage, vp)  # fmt: skip
         return self._programs.setdefault(key, prog)
 
     def pp_program(self, name: str, cfg: Config, micro_batches: int) -> Program:
@@ -344,6 +346,8 @@ def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
     """The best config matching CONFIG, priced even if it does not fit (say so), with every
     Program step's estimate; UsageError if no valid config matches."""
     want = parse_config(text)
+    if "virtual_stages" in want:  # a named interleaving depth is searched for this config
+        req = replace(req, virtual_stages=(want["virtual_stages"],))
     planner = Planner(req, cal, exact=True)
 
     def matches(cfg: Config) -> bool:

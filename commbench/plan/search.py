@@ -103,17 +103,15 @@ def rank_orders(degrees: dict[str, int]) -> list[tuple[Axis, ...]]:
     return out
 
 
-VIRTUAL_STAGES = (2, 4)  # interleaving depths the search tries beside plain 1F1B
-
-
-def virtual_stages(model: ModelShape, pp: int) -> list[int]:
-    """1 and each of VIRTUAL_STAGES the stages' layers split into (pp >= 3, Megatron's bound
-    without p2p overlap)."""
+def virtual_stages(model: ModelShape, pp: int, wanted: tuple[int, ...]) -> dict[int, str]:
+    """The interleaving depths of `wanted` (--virtual-stages) for a pp-stage pipeline, each
+    with why it cannot run ("" if it can): below 3 stages only plain 1F1B (Megatron's bound
+    without p2p overlap); a depth must split every stage's layers evenly."""
     if pp < 3:
-        return [1]
-    return [1] + [
-        v for v in VIRTUAL_STAGES if virtual_error(model.layers, pp, model.split, v) is None
-    ]
+        return {1: ""}
+    return {
+        v: "" if v == 1 else virtual_error(model.layers, pp, model.split, v) or "" for v in wanted
+    }
 
 
 def candidates(req: PlanRequest) -> list[Candidate]:
@@ -134,7 +132,7 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                     layout = ParallelLayout(req.gpus, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
                     split = model.for_pipeline(pp)  # Megatron's uneven split if pp needs one
                     bad = [why for _, why in violations(layout, split, seq, req.sequence_parallel)]
-                    vps = virtual_stages(split, pp) if not bad else [1]
+                    vps = virtual_stages(split, pp, req.virtual_stages) if not bad else {1: ""}
                     for b in req.micro_batch_sizes:
                         reasons = list(bad)
                         m = B // (dp * b) if B % (dp * b) == 0 else 0
@@ -147,9 +145,13 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                         if not stages:  # ZeRO asked for, but nothing to shard over
                             stages = [req.zero_stages[0]]
                             reasons.append("ZeRO needs dp x cp > 1 to shard over")
-                        for z, vp in itertools.product(stages, vps):
-                            if vp > 1 and (not m or m % pp):
-                                continue  # Megatron's interleaving needs m a multiple of pp
+                        for z, (vp, why) in itertools.product(stages, vps.items()):
+                            more = [why] if why else []
+                            if vp > 1 and m and m % pp:
+                                more.append(
+                                    f"interleaving needs the {m} micro-batches a multiple of "
+                                    f"pp={pp}"
+                                )
                             cfg = Config(
                                 tp=tp,
                                 cp=cp,
@@ -161,9 +163,8 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                                 zero_stage=z,
                                 virtual_stages=vp,
                             )
-                            out.append(
-                                Candidate(cfg, list(reasons), "invalid" if reasons else "valid")
-                            )
+                            why_not = reasons + more
+                            out.append(Candidate(cfg, why_not, "invalid" if why_not else "valid"))
     return out
 
 
