@@ -89,8 +89,15 @@ def test_deepseek_v3_pp16_ep64_explains_and_its_memory_gap_is_named(ref):
 
 
 @pytest.mark.slow
-def test_llama3_405b_rank_on_8192(ref):
-    """The full search ranks the published config among the configs that fit."""
-    result = plan(llama3(ref, 8192), ref)
+def test_llama3_405b_rank_on_16384(ref):
+    """The full search (about 5 minutes here) ranks the published config among the top
+    few that fit (4th of 130 on the reference calibration); what ranks first wins on the
+    gradient traffic (ZeRO-2 reduce-scatters each micro-batch's gradients: fewer
+    parameters a GPU on a deeper pipeline), not on the bubble (docs/pipeline.md)."""
+    result = plan(llama3(ref, 16384), ref)
     labels = [e.config.label for e in result.ranked]
-    assert "tp8-cp1-dp64-pp16" in labels
+    rank = labels.index("tp8-cp1-dp128-pp16")
+    assert rank < 10
+    top, pub = result.ranked[0], result.ranked[rank]
+    assert top.time.gradient_exposed < pub.time.gradient_exposed
+    assert top.time.bubble >= pub.time.bubble * 0.9
