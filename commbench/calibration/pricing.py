@@ -44,7 +44,7 @@ from commbench.ops import OPS
 from commbench.ops.p2p_schedule import schedule_of
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.patterns.base import resolve_axis
-from commbench.traffic.patterns.pp import stage_links
+from commbench.traffic.patterns.pp import pair_index, stage_links, used_links
 from commbench.traffic.program import Program, Step
 
 DATA_MOVEMENT = tuple(name for name, spec in OPS.items() if not spec.reduces)
@@ -256,7 +256,8 @@ class Evaluator:
         from commbench.traffic.patterns.pp import simulate
 
         schedule = schedule_of(step)
-        links = stage_links or (base["link_class"],) * max(0, len(schedule) - 1)
+        links = stage_links or (base["link_class"],) * len(schedule)
+        links = used_links(schedule, links)  # the last-to-first pair only if a message wraps
         sizes = sorted({a.nbytes for acts in schedule for a in acts if a.kind == "send"})
         priced = {
             (n, link): self.price(P2P_OP, n, P2P_GROUP, link, step.dtype)
@@ -283,7 +284,7 @@ class Evaluator:
                 seconds[n, link] = t / half[link]  # one direction alone: the one-way time
 
         def message_s(src: int, dst: int, nbytes: int) -> float:
-            return seconds[nbytes, links[min(src, dst)]]
+            return seconds[nbytes, links[pair_index(src, dst)]]
 
         shared = frozenset(i for i, link in enumerate(links) if link in half)
         makespan, _ = simulate(schedule, message_s, half_duplex=shared)

@@ -96,6 +96,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "torchtitan applies it (docs/frameworks.md; default: megatron)",
     )
     w.add_argument("--grad-dtype", default="float32", help="gradient dtype (default: float32)")
+    w.add_argument(
+        "--virtual-stages",
+        default="1",
+        help="interleaved 1F1B depths to try, Megatron's virtual pipeline stages: 1, 1,2,4 "
+        "(default: 1, plain 1F1B; each depth must split every stage's layers, pp >= 3)",
+    )
     m = p.add_argument_group("time model")
     m.add_argument(
         "--peak-tflops",
@@ -168,6 +174,7 @@ def request_from_args(args: argparse.Namespace, cal):
         peak_tflops=args.peak_tflops,
         mfu=args.mfu,
         recompute=args.recompute,
+        virtual_stages=args.virtual_stages,
         hbm_gbps=args.hbm_gbps,
         grad_dtype=args.grad_dtype,
         overlap_dp=args.overlap_dp,

@@ -11,7 +11,7 @@ from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes,
 
 def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
     """Bytes per GPU of the busiest rank by kind, and the total."""
-    model, seq = req.model, req.seq
+    model, seq = req.model.for_pipeline(cfg.pp), req.seq  # uneven stages where pp needs them
     if req.mode == "train":
         mem = training_memory(
             model,
@@ -27,6 +27,7 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
             grad_dtype=req.grad_dtype,
             sequence_parallel=req.sequence_parallel,
             recompute=req.recompute,
+            virtual_stages=cfg.virtual_stages,
         ).as_dict()
         return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
     weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")

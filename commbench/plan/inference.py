@@ -98,7 +98,9 @@ def programs(req: PlanRequest, cfg: Config, layout: ParallelLayout) -> dict[str,
         (Role.DECODE, {"micro_batch": b, "micro_batches": m, "compute_ms": (decode_s or 0.0) * 1e3}),
     ]  # fmt: skip
     for role, opts in passes:
-        out[PASSES[role]] = patterns.build(PASSES[role], layout, req.model, {**common, **opts})
+        out[PASSES[role]] = patterns.build(
+            PASSES[role], layout, req.model.for_pipeline(cfg.pp), {**common, **opts}
+        )
     return out
 
 
@@ -120,7 +122,7 @@ def decode_compute(req: PlanRequest, cfg: Config) -> tuple[float | None, float |
     reads its stage's weights (the experts its tokens reach) and its sequences' KV cache."""
     if req.peak_tflops is None:
         return None, None
-    model = req.model
+    model = req.model.for_pipeline(cfg.pp)
     b, m = decode_split(req, cfg)
     flops = req.batch * flops_per_token(model, req.seq, "infer")
     flops_s = flops / (req.gpus * req.peak_tflops * 1e12 * req.mfu)

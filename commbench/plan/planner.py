@@ -59,7 +59,8 @@ class Planner:
         """The pipeline pattern's options: forward compute per micro-batch from the compute
         model (backward twice that), `micro_batches` of them."""
         fwd_s = 0.0 if self.compute_s is None else self.compute_s / cfg.micro_batches / 3.0
-        return {"compute_ms": fwd_s * 1e3, "backward_factor": 2.0, "micro_batches": micro_batches}
+        return {"compute_ms": fwd_s * 1e3, "backward_factor": 2.0, "micro_batches": micro_batches,
+                "virtual_stages": cfg.virtual_stages}  # fmt: skip
 
     def pp_simulated(self, cfg: Config) -> int:
         """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
@@ -75,7 +76,7 @@ class Planner:
         micro-batches than the step (pp_simulated)."""
         m_sim = self.pp_simulated(cfg)
         key = (cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch, cfg.micro_batches,
-               cfg.zero_stage, m_sim)  # fmt: skip
+               cfg.zero_stage, m_sim, cfg.virtual_stages)  # fmt: skip
         hit = self._programs.get(key)
         if hit is not None:
             return hit
@@ -86,7 +87,7 @@ class Planner:
         else:
             options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
             progs = patterns.training_step(
-                layout, req.model, self.workload(cfg), cfg.zero_stage, options
+                layout, req.model.for_pipeline(cfg.pp), self.workload(cfg), cfg.zero_stage, options
             )
         # one object per distinct Program (ZeRO stages share the others), so estimates cached
         # by Program identity are reused across stages and rank orders
@@ -95,15 +96,18 @@ class Planner:
         return progs
 
     def _shared(self, name: str, cfg: Config, m_sim: int, prog: Program) -> Program:
-        stage = cfg.zero_stage if patterns.get(name).role is Role.GRADIENT else None
+        role = patterns.get(name).role
+        stage = cfg.zero_stage if role is Role.GRADIENT else None
+        vp = cfg.virtual_stages if role is Role.PIPELINE else None  # the rest is shared
         key = ("shared", name, cfg.tp, cfg.cp, cfg.ep, cfg.dp, cfg.pp, cfg.micro_batch,
-               cfg.micro_batches, m_sim, stage)  # fmt: skip
+               cfg.micro_batches, m_sim, stage, vp)  # fmt: skip
         return self._programs.setdefault(key, prog)
 
     def pp_program(self, name: str, cfg: Config, micro_batches: int) -> Program:
         """The pipeline Program `name` of `cfg` with another number of micro-batches (same
         per-micro-batch compute and message size)."""
-        key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches)
+        key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches,
+               cfg.virtual_stages)  # fmt: skip
         hit = self._programs.get(key)
         if hit is None:
             layout = ParallelLayout(
@@ -115,7 +119,8 @@ class Planner:
                 if k in ("seq_len", "micro_batch", "sequence_parallel")
             }
             opts.update(self.pp_options(cfg, micro_batches))
-            hit = self._programs[key] = patterns.build(name, layout, self.req.model, opts)
+            model = self.req.model.for_pipeline(cfg.pp)
+            hit = self._programs[key] = patterns.build(name, layout, model, opts)
         return hit
 
     def pipeline(
@@ -218,7 +223,7 @@ class Planner:
                 RoleTimes.of(estimates),
                 compute_s=self.compute_s,
                 pp=cfg.pp,
-                micro_batches=cfg.micro_batches,
+                micro_batches=cfg.micro_batches * cfg.virtual_stages,  # chunk passes
                 overlap_dp=req.overlap_dp,
             )
         return Evaluation(
@@ -342,11 +347,14 @@ def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
     """The best config matching CONFIG, priced even if it does not fit (say so), with every
     Program step's estimate; UsageError if no valid config matches."""
     want = parse_config(text)
+    if "virtual_stages" in want:  # a named interleaving depth is searched for this config
+        req = replace(req, virtual_stages=(want["virtual_stages"],))
     planner = Planner(req, cal, exact=True)
 
     def matches(cfg: Config) -> bool:
         d = cfg.as_dict()
-        return all(d[k] == v for k, v in want.items() if k != "order")
+        vp = d["virtual_stages"] == want.get("virtual_stages", 1)  # unnamed: plain 1F1B
+        return vp and all(d[k] == v for k, v in want.items() if k != "order")
 
     hits = [c for c in candidates(req) if matches(c.config)]
     if not hits:

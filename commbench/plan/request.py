@@ -42,6 +42,7 @@ class PlanRequest:
     global_batch: int | None = None  # sequences per step; None: DEFAULT_TOKENS / seq
     micro_batch_sizes: tuple[int, ...] = (1,)
     zero_stages: tuple[int, ...] = (0,)
+    virtual_stages: tuple[int, ...] = (1,)  # interleaved 1F1B depths to try (1: plain 1F1B)
     sequence_parallel: bool = False
     mode: str = "train"
     peak_tflops: float | None = None  # None: no compute model (communication only)
@@ -87,6 +88,8 @@ class PlanRequest:
             raise UsageError("--seq-len must be positive")
         if not self.micro_batch_sizes or any(b < 1 for b in self.micro_batch_sizes):
             raise UsageError("--micro-batch sizes must be positive")
+        if not self.virtual_stages or any(v < 1 for v in self.virtual_stages):
+            raise UsageError("--virtual-stages must be positive")
         if any(z not in ZERO_STAGES for z in self.zero_stages) or not self.zero_stages:
             raise UsageError("--zero-stage: choose from 0, 1, 2, 3")
         if self.mode == "infer":
@@ -136,6 +139,7 @@ class PlanRequest:
             "tokens_per_step": self.batch * self.seq,
             "micro_batch_sizes": list(self.micro_batch_sizes),
             "zero_stages": list(self.zero_stages),
+            "virtual_stages": list(self.virtual_stages),
             "sequence_parallel": self.sequence_parallel,
             "mode": self.mode,
             "peak_tflops": self.peak_tflops,
@@ -198,6 +202,7 @@ def request_from_flags(
     extrapolate: bool,
     backend: str | None,
     framework: str = "megatron",
+    virtual_stages: str = "1",
 ) -> PlanRequest:
     """A PlanRequest from `commbench plan`'s flags as given (None: not given), the calibration's
     device filling the defaults: gpus_per_node, memory_gb, peak_bf16_tflops."""
@@ -231,6 +236,7 @@ def request_from_flags(
         mfu=mfu or DEFAULT_MFU,
         hbm_gbps=hbm_gbps or float(device.get("hbm_gbps", DEFAULT_HBM_GBPS)),
         recompute=recompute,
+        virtual_stages=int_list(virtual_stages, "--virtual-stages"),
         grad_dtype=canonical_dtype(grad_dtype),
         overlap_dp=overlap_dp,
         orders=orders,

@@ -1,6 +1,6 @@
-"""The search space: every (tp, cp, ep, dp, pp, micro-batch, ZeRO stage) split of the GPUs, its
-rank orders, and the reasons a split cannot run; plus reading a config named on the command
-line (`--explain tp8-pp4`)."""
+"""The search space: every (tp, cp, ep, dp, pp, micro-batch, ZeRO stage) split of the GPUs (and
+interleaved 1F1B's virtual stages), its rank orders, and the reasons a split cannot run; plus
+reading a config named on the command line (`--explain tp8-pp4`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from typing import Any
 from commbench.errors import UsageError
 from commbench.plan.request import PlanRequest
 from commbench.traffic.layout import DEFAULT_ORDER, Axis, ParallelLayout, parse_order
+from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import violations
+from commbench.traffic.pipeline_split import virtual_error
 
 DENSE = ("tp", "cp", "dp", "pp")  # the axes whose order --orders all permutes
 
@@ -30,14 +32,17 @@ class Config:
     micro_batches: int
     zero_stage: int
     order: tuple[Axis, ...] = DEFAULT_ORDER
+    virtual_stages: int = 1  # virtual stages a pipeline stage holds (> 1: interleaved 1F1B)
 
     @property
     def label(self) -> str:
-        """`tp8-cp1-dp1-pp4` (+ `-ep4` style for MoE, as ParallelLayout.label)."""
+        """`tp8-cp1-dp1-pp4` (+ `-ep4` style for MoE, as ParallelLayout.label; `-vp2` for
+        interleaved 1F1B)."""
         parts = [f"tp{self.tp}", f"cp{self.cp}"]
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
-        return "-".join(parts + [f"dp{self.dp}", f"pp{self.pp}"])
+        vp = [f"vp{self.virtual_stages}"] if self.virtual_stages > 1 else []
+        return "-".join(parts + [f"dp{self.dp}", f"pp{self.pp}"] + vp)
 
     @property
     def full_label(self) -> str:
@@ -68,6 +73,7 @@ class Config:
             "micro_batch": self.micro_batch,
             "micro_batches": self.micro_batches,
             "zero_stage": self.zero_stage,
+            "virtual_stages": self.virtual_stages,
             "order": "-".join(self.order),
         }
 
@@ -97,6 +103,17 @@ def rank_orders(degrees: dict[str, int]) -> list[tuple[Axis, ...]]:
     return out
 
 
+def virtual_stages(model: ModelShape, pp: int, wanted: tuple[int, ...]) -> dict[int, str]:
+    """The interleaving depths of `wanted` (--virtual-stages) for a pp-stage pipeline, each
+    with why it cannot run ("" if it can): below 3 stages only plain 1F1B (Megatron's bound
+    without p2p overlap); a depth must split every stage's layers evenly."""
+    if pp < 3:
+        return {1: ""}
+    return {
+        v: "" if v == 1 else virtual_error(model.layers, pp, model.split, v) or "" for v in wanted
+    }
+
+
 def candidates(req: PlanRequest) -> list[Candidate]:
     """Every (tp, cp, ep, dp, pp, micro-batch, ZeRO stage) split of the GPUs, with the reasons
     the invalid ones cannot run (degrees vs the model, batch divisibility)."""
@@ -113,7 +130,9 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                 )
                 for ep in eps:
                     layout = ParallelLayout(req.gpus, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
-                    bad = [why for _, why in violations(layout, model, seq, req.sequence_parallel)]
+                    split = model.for_pipeline(pp)  # Megatron's uneven split if pp needs one
+                    bad = [why for _, why in violations(layout, split, seq, req.sequence_parallel)]
+                    vps = virtual_stages(split, pp, req.virtual_stages) if not bad else {1: ""}
                     for b in req.micro_batch_sizes:
                         reasons = list(bad)
                         m = B // (dp * b) if B % (dp * b) == 0 else 0
@@ -126,7 +145,13 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                         if not stages:  # ZeRO asked for, but nothing to shard over
                             stages = [req.zero_stages[0]]
                             reasons.append("ZeRO needs dp x cp > 1 to shard over")
-                        for z in stages:
+                        for z, (vp, why) in itertools.product(stages, vps.items()):
+                            more = [why] if why else []
+                            if vp > 1 and m and m % pp:
+                                more.append(
+                                    f"interleaving needs the {m} micro-batches a multiple of "
+                                    f"pp={pp}"
+                                )
                             cfg = Config(
                                 tp=tp,
                                 cp=cp,
@@ -136,16 +161,17 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                                 micro_batch=b,
                                 micro_batches=m,
                                 zero_stage=z,
+                                virtual_stages=vp,
                             )
-                            out.append(
-                                Candidate(cfg, list(reasons), "invalid" if reasons else "valid")
-                            )
+                            why_not = reasons + more
+                            out.append(Candidate(cfg, why_not, "invalid" if why_not else "valid"))
     return out
 
 
 # ---- a config named on the command line ---------------------------------------------------------
-_KEYS = {"tp", "cp", "ep", "dp", "pp", "m", "b", "z", "zero", "order"}
-_FIELDS = {"m": "micro_batches", "b": "micro_batch", "z": "zero_stage", "zero": "zero_stage"}
+_KEYS = {"tp", "cp", "ep", "dp", "pp", "vp", "m", "b", "z", "zero", "order"}
+_FIELDS = {"m": "micro_batches", "b": "micro_batch", "z": "zero_stage", "zero": "zero_stage",
+           "vp": "virtual_stages"}  # fmt: skip
 
 
 def parse_config(text: str) -> dict[str, Any]:

@@ -36,7 +36,8 @@ def select(result: PlanResult, world: int, k: int) -> list[Config]:
     seen: dict[tuple, Config] = {}
     for ev in result.ranked:
         c = ev.config
-        key = (c.tp, c.cp, c.ep, c.dp, c.pp, c.micro_batch, c.micro_batches, c.zero_stage)
+        key = (c.tp, c.cp, c.ep, c.dp, c.pp, c.micro_batch, c.micro_batches, c.zero_stage,
+               c.virtual_stages)  # fmt: skip
         if ev.fits and key not in seen:
             seen[key] = c
     if len(seen) < k:
@@ -57,13 +58,15 @@ def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
         "grad_dtype": req.grad_dtype,
         "zero_stage": cfg.zero_stage,
         "framework": req.framework,
+        "virtual_stages": cfg.virtual_stages,
     }
 
 
 def step_program(req: PlanRequest, cfg: Config) -> Program:
     """The step Program of a planned config: what --verify measures and prices."""
     layout = ParallelLayout(req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp)
-    return patterns.build(STEP_PATTERN, layout, req.model, step_options(req, cfg))
+    model = req.model.for_pipeline(cfg.pp)  # uneven stages as the planner priced them
+    return patterns.build(STEP_PATTERN, layout, model, step_options(req, cfg))
 
 
 def by_axis(prog: Program, seconds: Sequence[float | None]) -> dict[str, float]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commbench.traffic.patterns import pp
+from commbench.traffic.patterns import pp, pp_interleaved
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Timeline:
     bubble_measured: float | None
     measured_s: float | None
     note: str = ""
+    schedule: str = "1F1B"  # or "interleaved 1F1B v=V"
+    formula: str = "(p-1)/(m+p-1)"  # the theory's bubble
 
     def idle_fraction(self, stage: int) -> float:
         """Share of the makespan a stage spends not computing (its bubble)."""
@@ -48,9 +50,13 @@ class Timeline:
         return 1.0 - busy / self.makespan if self.makespan > 0 else 0.0
 
 
-def _pass_of(acts, k: int) -> tuple[str, int]:
+def _pass_of(acts, k: int, v: int = 1) -> tuple[str, int]:
     """(F|B, micro-batch) of compute action k: the tag of the receive just before it (a pass
-    is recv, compute, send), else of the send just after it (the first/last stage)."""
+    is recv, compute, send), else of the send just after it (the first/last stage); in an
+    interleaved schedule (v model chunks) the compute's own tag, 2 (micro-batch v + chunk) +
+    direction."""
+    if v > 1:
+        return ("F" if acts[k].tag % 2 == pp.FWD else "B"), acts[k].tag // 2 // v
     if k > 0 and acts[k - 1].kind == "recv":
         tag = acts[k - 1].tag
     else:
@@ -60,27 +66,27 @@ def _pass_of(acts, k: int) -> tuple[str, int]:
     return ("F" if direction == pp.FWD else "B"), micro
 
 
-def replay(schedule, message_s: float) -> tuple[list[Pass], float]:
-    """Every compute of `schedule` (per-stage Action tuples) as a Pass, and the makespan
-    (pp.simulate's model, so the drawing and the planner agree)."""
+def replay(schedule, message_s: float, v: int = 1) -> tuple[list[Pass], float]:
+    """Every compute of `schedule` (per-stage Action tuples; v model chunks a stage) as a
+    Pass, and the makespan (pp.simulate's model, so the drawing and the planner agree)."""
     passes: list[Pass] = []
 
     def record(stage: int, k: int, start: float, end: float) -> None:
-        direction, micro = _pass_of(schedule[stage], k)
+        direction, micro = _pass_of(schedule[stage], k, v)
         passes.append(Pass(stage, direction, micro, start, end))
 
     makespan, _ = pp.simulate(schedule, message_s, on_compute=record)
     return passes, makespan
 
 
-def message_time(schedule, measured_s: float, iters: int = 60) -> float:
+def message_time(schedule, measured_s: float, iters: int = 60, v: int = 1) -> float:
     """The per-message time at which the replay lasts `measured_s` (0 if compute alone does)."""
-    if replay(schedule, 0.0)[1] >= measured_s:
+    if replay(schedule, 0.0, v)[1] >= measured_s:
         return 0.0
     lo, hi = 0.0, measured_s
     for _ in range(iters):
         mid = (lo + hi) / 2
-        if replay(schedule, mid)[1] < measured_s:
+        if replay(schedule, mid, v)[1] < measured_s:
             lo = mid
         else:
             hi = mid
@@ -100,6 +106,7 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
     else:
         return None
     p, m = len(sched), options.micro_batches
+    v = getattr(options, "virtual_stages", 1)
     measured = point.get("time_us")
     measured_s = measured * 1e-6 if isinstance(measured, (int, float)) else None
     has_compute = any(a.kind == "compute" for acts in sched for a in acts)
@@ -108,16 +115,20 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
         f"{point.get('model') or '-'} {cfg.get('label', '')} m={m} (run {point.get('run_id', '?')})"
     )
     if has_compute and measured_s:
-        msg = message_time(sched, measured_s)
+        msg = message_time(sched, measured_s, v=v)
         unit, note = "s", ""
     else:
-        sched = pp.schedule(p, m, step.nbytes, 1.0, options.backward_factor)
+        sched = (
+            pp.schedule(p, m, step.nbytes, 1.0, options.backward_factor)
+            if v == 1
+            else pp_interleaved.schedule(p, m, v, step.nbytes, v, options.backward_factor * v)
+        )  # a chunk pass is 1/v of a stage's forward: units of one chunk forward
         msg, unit = 0.0, "forward"
         note = (
             "run without synthetic compute: passes drawn in units of one forward pass "
             f"(backward = {options.backward_factor:g}), messages instantaneous"
         )
-    passes, makespan = replay(sched, msg)
+    passes, makespan = replay(sched, msg, v)
     bubble = point.get("bubble_measured")
     return Timeline(
         label=label,
@@ -127,8 +138,12 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
         makespan=makespan,
         message_s=msg,
         unit=unit,
-        bubble_theory=pp.bubble_fraction(p, m),
+        bubble_theory=pp.bubble_fraction(p, m)
+        if v == 1
+        else pp_interleaved.bubble_fraction(p, m, v),
         bubble_measured=bubble if isinstance(bubble, (int, float)) else None,
         measured_s=measured_s,
         note=note,
+        schedule="1F1B" if v == 1 else f"interleaved 1F1B v={v}",
+        formula="(p-1)/(m+p-1)" if v == 1 else "(p-1)/(v m+p-1)",
     )

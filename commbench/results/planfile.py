@@ -21,7 +21,8 @@ Scalar = str | int | float | bool | None
 
 # ---- checked reads of one JSON value ------------------------------------------------------------
 _JSON_NAMES = {dict: "object", list: "list", str: "string", bool: "true or false"}
-_DEGREES = ("tp", "cp", "ep", "dp", "pp", "micro_batch", "micro_batches", "zero_stage")
+_DEGREES = ("tp", "cp", "ep", "dp", "pp", "micro_batch", "micro_batches", "zero_stage",
+            "virtual_stages")  # fmt: skip
 
 
 def _number(v: object, where: str, what: str = "number of seconds") -> float | None:
@@ -122,7 +123,8 @@ class AxisPlacement:
 class PlannedConfig:
     """One ranked config. rank: 1 = the fastest step; label: `tp8-cp1-dp1-pp4` (`-epN` with
     expert parallelism); tp, cp, ep, dp, pp: degrees; micro_batch: sequences per micro-batch;
-    micro_batches: per step; zero_stage: 0-3; order: the rank order, e.g. tp-cp-ep-dp-pp
+    micro_batches: per step; zero_stage: 0-3; virtual_stages: model chunks a pipeline stage
+    holds (> 1: interleaved 1F1B); order: the rank order, e.g. tp-cp-ep-dp-pp
     (Megatron's); placement: axis -> AxisPlacement; memory_gb: per GPU by kind and `total`;
     fits: within the GPU memory; time_s: PlanTimes; comm_s: communication on the critical path;
     comm_share: comm_s / step (None without a compute model); comm_bound: comm_share > 30%;
@@ -142,6 +144,7 @@ class PlannedConfig:
     micro_batch: int | None = None
     micro_batches: int | None = None
     zero_stage: int | None = None
+    virtual_stages: int | None = None
     order: str | None = None
     placement: dict[str, AxisPlacement] = field(default_factory=dict)
     memory_gb: dict[str, float] = field(default_factory=dict)
@@ -214,6 +217,7 @@ class RejectedConfig:
     micro_batch: int | None = None
     micro_batches: int | None = None
     zero_stage: int | None = None
+    virtual_stages: int | None = None
     order: str | None = None
     stage: str | None = None
     reasons: list[str] = field(default_factory=list)

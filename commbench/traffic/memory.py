@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.traffic.model import ModelShape
+from commbench.traffic.patterns import pp_interleaved
 
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weights + first and second moments (ZeRO paper, K=12)
 RECOMPUTE = ("none", "selective", "full")
@@ -82,9 +83,10 @@ def activation_bytes_per_layer(
     return replicated + sharded / tp
 
 
-def in_flight_micro_batches(pp: int, micro_batches: int) -> int:
-    """Micro-batches whose activations the first 1F1B stage holds at once: min(pp, m)."""
-    return min(pp, micro_batches)
+def in_flight_micro_batches(pp: int, micro_batches: int, stage: int = 0) -> int:
+    """Micro-batches whose activations 1F1B stage `stage` holds at once: min(pp - stage, m)
+    (its warm-up forwards and the one it runs before its first backward)."""
+    return min(pp - stage, micro_batches)
 
 
 def activation_bytes(
@@ -97,20 +99,31 @@ def activation_bytes(
     micro_batches: int = 1,
     sequence_parallel: bool = False,
     recompute: str = "selective",
+    stage: int = 0,
+    virtual_stages: int = 1,
 ) -> float:
-    """Activations held by a rank of the first pipeline stage (the busiest under 1F1B):
-    its layers' activations and the embedding's for min(pp, m) in-flight micro-batches, and
-    with one stage the output layer's too (Megatron-LM's theoretical estimate)."""
-    layers = model.stage_layers(pp, 0)
-    per_mb = sum(
-        activation_bytes_per_layer(
-            model, seq, micro_batch, tp, cp, sequence_parallel, recompute, model.is_moe_layer(i)
+    """Activations held by a rank of pipeline stage `stage` (default the first, the busiest
+    under 1F1B with even stages): its layers' activations for min(pp - stage, m) in-flight
+    micro-batches, the embedding's on the first stage, and the output layer's on the last for
+    the one micro-batch it holds (with one stage: Megatron-LM's theoretical estimate). With
+    v virtual stages (interleaved 1F1B) a stage holds its warm-up chunks plus one, each 1/v
+    of its layers: p + (p-1)/v micro-batches' worth on the first stage (Korthikanti et al.
+    2022, section 4.2.3's 1 + (p-1)/(p v) factor)."""
+    per_layer = {
+        moe: activation_bytes_per_layer(
+            model, seq, micro_batch, tp, cp, sequence_parallel, recompute, moe
         )
-        for i in layers
-    )
-    per_mb += embedding_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
-    held = per_mb * in_flight_micro_batches(pp, micro_batches)
-    if pp == 1:
+        for moe in (False, True)
+    }
+    per_mb = sum(per_layer[model.is_moe_layer(i)] for i in model.stage_layers(pp, stage))
+    if stage == 0:
+        per_mb += embedding_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
+    if virtual_stages > 1 and pp > 1:
+        chunks = pp_interleaved.in_flight_chunks(pp, stage, micro_batches, virtual_stages)
+        held = per_mb * chunks / virtual_stages
+    else:
+        held = per_mb * in_flight_micro_batches(pp, micro_batches, stage)
+    if stage == pp - 1:
         held += output_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
     return held
 
@@ -166,9 +179,11 @@ def training_memory(
     optimizer_bytes: int = ADAM_BYTES_PER_PARAM,
     sequence_parallel: bool = False,
     recompute: str = "selective",
+    virtual_stages: int = 1,
 ) -> TrainingMemory:
     """Per-rank memory of the busiest rank: weights (param dtype), gradients (grad dtype),
-    Adam states (12 bytes/param) and activations. ZeRO stage 1 shards optimizer states,
+    Adam states (12 bytes/param) and activations, of the pipeline stage whose sum is largest
+    (with uneven stages a middle stage can be). ZeRO stage 1 shards optimizer states,
     2 also gradients, 3 also weights, over the dp x cp ranks (dense) and the dp x cp / ep
     expert-data-parallel ranks (experts), as Megatron's distributed optimizer does."""
     if zero_stage not in (0, 1, 2, 3):
@@ -178,21 +193,25 @@ def training_memory(
     seq = seq or model.seq_len
     pbytes = dtype_size(canonical_dtype(param_dtype))
     gbytes = dtype_size(canonical_dtype(grad_dtype))
-    stage = model.busiest_stage(pp, tp, ep)
-    sp = model.stage_params(pp, stage)
-    dense, expert = sp.dense_per_rank(tp), sp.expert_per_rank(tp, ep)
     shard_dense, shard_expert = cp * dp, cp * dp // ep
 
-    def sharded(level: int) -> float:
-        if zero_stage >= level:
-            return dense / shard_dense + expert / shard_expert
-        return dense + expert
+    def of(stage: int) -> TrainingMemory:
+        sp = model.stage_params(pp, stage)
+        dense, expert = sp.dense_per_rank(tp), sp.expert_per_rank(tp, ep)
 
-    return TrainingMemory(
-        weights=sharded(3) * pbytes,
-        grads=sharded(2) * gbytes,
-        optimizer=sharded(1) * optimizer_bytes,
-        activations=activation_bytes(
-            model, seq, micro_batch, tp, cp, pp, micro_batches, sequence_parallel, recompute
-        ),
-    )
+        def sharded(level: int) -> float:
+            if zero_stage >= level:
+                return dense / shard_dense + expert / shard_expert
+            return dense + expert
+
+        return TrainingMemory(
+            weights=sharded(3) * pbytes,
+            grads=sharded(2) * gbytes,
+            optimizer=sharded(1) * optimizer_bytes,
+            activations=activation_bytes(
+                model, seq, micro_batch, tp, cp, pp, micro_batches, sequence_parallel,
+                recompute, stage, virtual_stages,
+            ),
+        )  # fmt: skip
+
+    return max((of(s) for s in range(pp)), key=lambda mem: mem.total)

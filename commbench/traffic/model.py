@@ -10,14 +10,18 @@ pipeline stages place the embedding first and the head last, as Megatron-LM does
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
 from typing import Any
 
 from commbench.errors import UsageError
-from commbench.traffic import bounds
+from commbench.traffic import bounds, pipeline_split
+from commbench.traffic.pipeline_split import PipelineSplit, check_settings, megatron_split
 
-BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qk_norm")
+BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qk_norm", "account_for_embedding_in_pipeline_split",
+               "account_for_loss_in_pipeline_split")  # fmt: skip
 DERIVED_FIELDS = ("kv_heads", "head_dim", "moe_ffn_hidden", "v_head_dim")  # None: derive it
+SPLIT_FIELDS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +62,11 @@ class ModelShape:
     dense_layers: int = 0  # the first layers keep a dense MLP (DeepSeek-V3: 3)
     gated_mlp: bool = True  # SwiGLU (3 matrices) vs GeLU (2)
     tied_embeddings: bool = False
+    # the pipeline split, Megatron-Core's settings (traffic/pipeline_split.py); None: even
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -65,6 +74,7 @@ class ModelShape:
         for f in ("layers", "hidden", "ffn_hidden", "heads", "vocab", "seq_len", "moe_every"):
             _positive(self, f)
         bounds.check_shape(self.name, vars(self))  # asdict deep-copies: ~0.2 ms a shape
+        check_settings(self.name, self.split)
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.head_dim is None:
@@ -222,11 +232,26 @@ class ModelShape:
         return self.param_counts().total
 
     # ---- pipeline stages ----
+    @property
+    def split(self) -> PipelineSplit:  # the pipeline split settings (uneven stages)
+        return PipelineSplit(**{f.name: getattr(self, f.name) for f in fields(PipelineSplit)})
+
+    def stage_counts(self, pp: int) -> tuple[int, ...]:
+        """Layers on each of `pp` stages (UsageError naming the value if the split fails)."""
+        return pipeline_split.stage_counts(self.layers, pp, self.split)
+
+    @lru_cache(maxsize=256)  # noqa: B019  (shapes are few and frozen)
+    def for_pipeline(self, pp: int) -> ModelShape:
+        """This shape, with Megatron's uneven split where `pp` does not divide the layers and
+        no split was given (the planner's depths); else itself."""
+        if self.split != PipelineSplit() or self.layers % pp == 0 or pp > self.layers:
+            return self
+        return replace(self, **asdict(megatron_split(self.layers, pp)))
+
     def stage_layers(self, pp: int, stage: int) -> range:
-        """Layer indices of pipeline stage `stage` of `pp` (layers divide evenly)."""
-        assert self.layers % pp == 0, (self.layers, pp)
-        n = self.layers // pp
-        return range(stage * n, (stage + 1) * n)
+        """Layer indices of pipeline stage `stage` of `pp` (contiguous, in stage order)."""
+        counts = self.stage_counts(pp)
+        return range(sum(counts[:stage]), sum(counts[: stage + 1]))
 
     def stage_params(self, pp: int, stage: int) -> StageParams:
         """Parameters one pipeline stage holds: its layers, the embedding on the first stage,
@@ -293,7 +318,7 @@ class ModelShape:
                 )
             want = bool if key in BOOL_FIELDS else str if key == "name" else int
             ok = (isinstance(value, want) and (want is not int or not isinstance(value, bool))) or (
-                value is None and key in DERIVED_FIELDS
+                value is None and key in DERIVED_FIELDS + SPLIT_FIELDS
             )
             if not ok:
                 raise UsageError(f"{where}.{key}: expected {want.__name__}, got {value!r}")

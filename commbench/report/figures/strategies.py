@@ -214,7 +214,7 @@ def pp_timeline(tl: Timeline, name: str) -> Figure:
     ax.grid(False, axis="y")
     measured = f"measured {tl.bubble_measured:.1%}, " if tl.bubble_measured is not None else ""
     ax.set_title(
-        f"1F1B {tl.label}: bubble {measured}theory (p-1)/(m+p-1) = {tl.bubble_theory:.1%}",
+        f"{tl.schedule} {tl.label}: bubble {measured}theory {tl.formula} = {tl.bubble_theory:.1%}",
         fontsize=11,
     )
     legend_outside(

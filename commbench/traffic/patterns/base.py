@@ -23,6 +23,7 @@ from commbench.errors import UsageError
 from commbench.sizes import parse_size
 from commbench.traffic.layout import Axis, GroupInfo, ParallelLayout, sweep_mesh
 from commbench.traffic.model import ModelShape
+from commbench.traffic.pipeline_split import split_error
 
 
 class Role(StrEnum):
@@ -131,8 +132,9 @@ def violations(
         )
     elif model.ffn_hidden % t or model.moe_ffn_hidden % t:
         out.append((Axis.TP, f"tp={t} does not divide the MLP width of {model.name}"))
-    if model.layers % p:
-        out.append((Axis.PP, f"pp={p} does not divide the {model.layers} layers of {model.name}"))
+    if p > 1 and (bad := split_error(model.layers, p, model.split)):
+        why = f"{bad} of {model.name}" if bad.endswith("layers") else f"{model.name}: {bad}"
+        out.append((Axis.PP, why))
     if e > 1 and not model.is_moe:
         out.append((Axis.EP, f"ep={e} needs an MoE model; {model.name} is dense"))
     elif e > 1 and model.experts % e:

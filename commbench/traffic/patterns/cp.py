@@ -79,7 +79,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     check(layout, model, options.seq(model))
     c = layout.cp
     unit = kv_unit_bytes(layout, model, options)
-    n = model.layers // layout.pp * options.micro_batches
+    n = max(model.stage_counts(layout.pp)) * options.micro_batches  # the busiest stage
     meta: dict[str, int | str] = {
         "kv_unit_bytes": unit,
         "forward_units": c - 1,

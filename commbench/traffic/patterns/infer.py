@@ -41,7 +41,7 @@ def stage_layers(layout: ParallelLayout, model: ModelShape) -> tuple[int, int]:
         sum(model.is_moe_layer(i) for i in model.stage_layers(layout.pp, s))
         for s in range(layout.pp)
     )
-    return model.layers // layout.pp, moe
+    return max(model.stage_counts(layout.pp)), moe
 
 
 def forward_pass(

@@ -29,8 +29,9 @@ class Options(framework.Options):
     """The step's workload (micro_batches per step through the pipeline), sequence parallel,
     the gradient reduction (zero_stage 0: the framework's DDP, Megatron-Core's buffers with
     overlap_grad_reduce's buckets or torch's, bucket_mb if given; 1-3: ZeRO;
-    distributed_optimizer: Megatron's), grad dtype, EP routing as pattern ep's, and compute_ms
-    of forward per micro-batch and stage in the pipeline (backward = backward_factor x)."""
+    distributed_optimizer: Megatron's), grad dtype, EP routing as pattern ep's, compute_ms
+    of forward per micro-batch and stage in the pipeline (backward = backward_factor x) and
+    virtual_stages (interleaved 1F1B)."""
 
     micro_batches: int = 4
     zero_stage: int = 0
@@ -40,6 +41,7 @@ class Options(framework.Options):
     cp_comm_type: str | None = None
     compute_ms: float = 0.0
     backward_factor: float = 2.0
+    virtual_stages: int = 1  # > 1: interleaved 1F1B, as pattern pp's
 
     def __post_init__(self) -> None:
         super().__post_init__()

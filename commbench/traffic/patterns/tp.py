@@ -49,8 +49,9 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     check(layout, model, seq, options.sequence_parallel)
     tokens = options.micro_batch * seq // layout.cp
     S = tokens * model.hidden * options.elem  # b (s/c) h elements, full (un-sharded) size
-    n = model.layers // layout.pp * options.micro_batches  # layer passes per step
-    meta = {"tokens": tokens, "layers": model.layers // layout.pp, "bytes_per_op": S}
+    layers = max(model.stage_counts(layout.pp))  # the busiest stage's
+    n = layers * options.micro_batches  # layer passes per step
+    meta = {"tokens": tokens, "layers": layers, "bytes_per_op": S}
     if layout.tp == 1:
         return Program(NAME, (), meta)
     dt = options.dtype
