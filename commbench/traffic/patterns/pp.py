@@ -9,8 +9,10 @@ lets the bubble (p-1)/(m+p-1) be measured rather than assumed.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout
@@ -145,12 +147,13 @@ def simulate(
     cost = message_s if callable(message_s) else (lambda src, dst, nbytes: message_s)
     p = len(sched)
     groups = [fused_groups(acts) for acts in sched]
-    first = [  # index in sched[i] of each group's first action (for on_compute)
-        [sum(len(g) for g in groups[i][:k]) for k in range(len(groups[i]))] for i in range(p)
-    ]
+    # index in sched[i] of each group's first action (for on_compute): running sums, so the
+    # whole simulation stays linear in its events (summing every earlier group's length again
+    # for each group made llama-70b on 2,048 GPUs spend 55 s here)
+    first = [list(accumulate((len(g) for g in gs[:-1]), initial=0)) for gs in groups]
     pos, clock = [0] * p, [0.0] * p
     done_at: list[float | None] = [None] * p  # the current group's sends delivered, once posted
-    sent: dict[tuple[int, int, int], list[float]] = {}  # (src, dst, tag) -> arrival times
+    sent: dict[tuple[int, int, int], deque[float]] = {}  # (src, dst, tag) -> arrival times
     heap = [(0.0, i) for i in range(p)]
     blocked: dict[tuple[int, int, int], int] = {}
     free: dict[tuple[int, int], float] = {}  # link (direction) -> when it is idle
@@ -180,7 +183,7 @@ def simulate(
                 key, wire = (i, i + a.peer, a.tag), link(i, i + a.peer)
                 start = max(clock[i], free.get(wire, 0.0))
                 arrival = free[wire] = start + cost(i, i + a.peer, a.nbytes)
-                sent.setdefault(key, []).append(arrival)
+                sent.setdefault(key, deque()).append(arrival)
                 end = max(end, arrival)
                 if key in blocked:
                     j = blocked.pop(key)
@@ -198,7 +201,7 @@ def simulate(
         end = delivered
         for a in group:
             if a.kind == "recv":
-                end = max(end, sent[(i + a.peer, i, a.tag)].pop(0))
+                end = max(end, sent[(i + a.peer, i, a.tag)].popleft())
         clock[i], done_at[i] = end, None
         pos[i] += 1
         heapq.heappush(heap, (clock[i], i))
