@@ -25,6 +25,7 @@ from commbench.traffic.program import Program
 
 # the patterns whose Program is the 1F1B schedule: they get the compute model's options
 PIPELINE = tuple(s.name for s in patterns.PATTERNS.values() if s.role is Role.PIPELINE)
+PP_BASE = 8  # micro-batches a long 1F1B schedule is simulated with before it is extended
 
 
 class Planner:
@@ -62,11 +63,12 @@ class Planner:
 
     def pp_simulated(self, cfg: Config) -> int:
         """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
-        exact, else p + (m mod p) (extended by periodicity, see pipeline())."""
+        exact, else min(p, PP_BASE) (extended to m by pipeline())."""
         p, m = cfg.pp, cfg.micro_batches
-        if self.exact or p == 1 or m < 4 * p:
+        base = min(p, PP_BASE)
+        if self.exact or p == 1 or m < 4 * base:
             return m
-        return p + m % p
+        return base
 
     def programs(self, cfg: Config) -> dict[str, Program]:
         """patterns.training_step of the config, or in inference its prefill and decode
@@ -120,43 +122,77 @@ class Planner:
     def pipeline(
         self, name: str, cfg: Config, layout: ParallelLayout, sim: ProgramEstimate
     ) -> ProgramEstimate:
-        """The 1F1B estimate at the config's m from the simulation at m1 = pp_simulated: the
-        makespan of a uniform 1F1B schedule grows periodically in m with period p (a max-plus
-        linear system), so T(m) = T(m1) + (m - m1)/p x (T(m1+p) - T(m1)); checked at runtime on
-        T(m1+2p), else the full schedule is simulated."""
+        """The 1F1B estimate at the config's m from short simulations. Its makespan is a
+        max-plus linear system in m, affine once the schedule is periodic: T(m) = T(b) +
+        (m - b)/k x (T(b+k) - T(b)), checked at runtime on T(b+2k). Tried in turn: from b =
+        min(p, PP_BASE) by k = 1 where every stage pair has one link class (checked on p = 8
+        to 128, compute/message ratios 0.001 to 1000, first and last stage's compute x0.5 to
+        x1.3: affine from m = 8 on); from b = p by 1; from b = p + m mod p by p (the rule
+        before: 6p micro-batches simulated where 3 x 8 now do, 16K GPUs in seconds); else the
+        full schedule."""
         p, m = cfg.pp, cfg.micro_batches
         m1 = self.pp_simulated(cfg)
         if m1 == m or sim.error:
             return sim
+        links = self.evaluator._pipeline_links(layout, "pp")[2]
+        tries = [(m1, 1)] if len(set(links)) <= 1 else []
+        tries += [(p, 1), (p + m % p, p)]
+        for base, period in tries:
+            ext = self._extend(name, cfg, layout, sim if base == m1 else None, base, period)
+            if ext is not None:
+                return ext
+        full = self.pp_program(name, cfg, m)
+        return self.evaluator.program(full, layout, placement=self.where(layout))
+
+    def _extend(
+        self,
+        name: str,
+        cfg: Config,
+        layout: ParallelLayout,
+        sim: ProgramEstimate | None,
+        base: int,
+        period: int,
+    ) -> ProgramEstimate | None:
+        """The estimate at `base` micro-batches (`sim`, or priced here) extended to the
+        config's m by `period`, or an estimate that could not be priced; None when m - base
+        is not a multiple of the period or T(base), T(base+k), T(base+2k) are not equally
+        spaced (the schedule is not yet periodic there)."""
+        m = cfg.micro_batches
+        if (m - base) % period or base + 2 * period > m:
+            return None
         where = self.where(layout)
-        more = [
-            self.evaluator.program(self.pp_program(name, cfg, m1 + k * p), layout, placement=where)
-            for k in (1, 2)
+        ests = [
+            sim
+            if k == 0 and sim is not None
+            else self.evaluator.program(
+                self.pp_program(name, cfg, base + k * period), layout, placement=where
+            )
+            for k in (0, 1, 2)
         ]
-        bad = next((e for e in more if e.error), None)
+        bad = next((e for e in ests if e.error), None)
         if bad is not None:
             return bad
         T, C = [], []
-        for e in (sim, *more):
+        for e in ests:
             assert e.total_s is not None and e.comm_s is not None  # priced: no step failed
             T.append(e.total_s)
             C.append(e.comm_s)
         tol = 1e-9 * max(T)
         if abs((T[2] - T[1]) - (T[1] - T[0])) > tol or abs((C[2] - C[1]) - (C[1] - C[0])) > tol:
-            return self.evaluator.program(self.pp_program(name, cfg, m), layout, placement=where)
-        k = (m - m1) // p
-        st = sim.steps[0]
+            return None
+        k = (m - base) // period
+        st = ests[0].steps[0]
         total, comm = T[0] + k * (T[1] - T[0]), C[0] + k * (C[1] - C[0])
         ext = replace(
             st,
-            label=st.label.replace(f"m={m1}", f"m={m}"),
+            label=st.label.replace(f"m={base}", f"m={m}"),
             per_op_s=total,
             total_s=total,
             comm_s=comm,
-            method=st.method + f" (simulated at m={m1},{m1 + p},{m1 + 2 * p}, extended by "
-            f"period p={p})",
+            method=st.method + f" (simulated at m={base},{base + period},{base + 2 * period}, "
+            f"extended by period {period})",
         )
-        return ProgramEstimate(sim.pattern, [ext])
+        return ProgramEstimate(ests[0].pattern, [ext])
 
     # placement
     def info(self, layout: ParallelLayout, axis: str) -> GroupInfo:
