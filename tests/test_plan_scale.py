@@ -10,6 +10,7 @@ from commbench.calibration import reference
 from commbench.plan import Config, Planner, PlanRequest
 from commbench.plan.planner import PP_BASE
 from commbench.traffic import presets as models
+from commbench.traffic.layout import ParallelLayout
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +48,47 @@ def test_short_simulations_extend_to_the_full_schedule(ref, gpus, gpn, cfg, base
     assert a.estimates["pp"].total_s == pytest.approx(b.estimates["pp"].total_s, rel=1e-9)
     assert a.estimates["pp"].comm_s == pytest.approx(b.estimates["pp"].comm_s, rel=1e-9)
     assert a.step_s == pytest.approx(b.step_s, rel=1e-9)
+
+
+# ---- placement without groups ---------------------------------------------------------------
+LAYOUTS = [
+    (64, 8, dict(tp=2, cp=2, dp=4, pp=4)),
+    (64, 8, dict(tp=8, dp=2, pp=4, order=tuple("pp-tp-cp-ep-dp".split("-")))),
+    (48, 6, dict(tp=2, cp=3, dp=2, pp=4)),  # nodes of 6: groups straddle them
+    (96, 8, dict(tp=4, ep=6, dp=12, pp=2, order=tuple("dp-tp-cp-ep-pp".split("-")))),
+    (72, 72, dict(tp=4, dp=9, pp=2)),  # one NVL72-like node
+    (24, 8, dict(cp=3, dp=4, pp=2, order=tuple("cp-dp-tp-ep-pp".split("-")))),
+    (16, 4, dict(tp=1, dp=1, pp=16)),
+]
+
+
+@pytest.mark.parametrize(("world", "gpn", "degrees"), LAYOUTS)
+def test_placement_from_strides_equals_the_listed_groups(world, gpn, degrees):
+    """axis_placement and stage_links give what the groups on host_map's nodes give."""
+    from commbench.plan.placement import axis_placement, stage_links
+    from commbench.traffic.layout import host_map
+    from commbench.traffic.patterns import pp
+
+    nodes = host_map(world, ranks_per_node=gpn)
+    lay = ParallelLayout(world, nodes=nodes, **degrees)
+    for axis in ("tp", "cp", "dp", "pp", "dp-cp", "ep", "edp", "tp-cp"):
+        info, got = lay.info(axis), axis_placement(lay, axis, gpn)
+        assert (got.size, got.stride, got.hosts_spanned, got.link_class) == (
+            info.size,
+            info.stride,
+            info.hosts_spanned,
+            info.link_class,
+        ), axis
+    assert stage_links(lay, "pp", gpn) == pp.stage_links(lay.info("pp").groups, nodes)
+
+
+def test_placement_keeps_nothing_per_gpu():
+    """65,536 GPUs: the placement of every axis without building a group or a host map."""
+    from commbench.plan.placement import axis_placement, stage_links
+
+    lay = ParallelLayout(65536, tp=8, cp=2, dp=256, pp=16)
+    assert axis_placement(lay, "tp", 8).link_class == "intra"
+    got = axis_placement(lay, "dp-cp", 8)
+    assert (got.size, got.stride, got.hosts_spanned) == (512, 8, 512)
+    assert set(stage_links(lay, "pp", 8)) == {"inter"}
+    assert "dense" not in lay.__dict__ or "grid" not in lay.dense.__dict__

@@ -12,15 +12,15 @@ from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
 from commbench.plan import inference
 from commbench.plan.gpu_memory import memory
+from commbench.plan.placement import AxisPlacement, axis_placement, stage_links
 from commbench.plan.progress import Progress
 from commbench.plan.request import GB, PlanRequest, compute_seconds, gb
 from commbench.plan.result import Evaluation, PlanResult, assumptions
 from commbench.plan.search import DENSE, Candidate, Config, candidates, parse_config, rank_orders
 from commbench.plan.step_time import RoleTimes, step_time
 from commbench.traffic import patterns
-from commbench.traffic.layout import GroupInfo, ParallelLayout
+from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
 from commbench.traffic.patterns import Role
-from commbench.traffic.patterns.base import resolve_axis
 from commbench.traffic.program import Program
 
 # the patterns whose Program is the 1F1B schedule: they get the compute model's options
@@ -37,12 +37,16 @@ class Planner:
         self.req = req
         self.cal = cal
         self.evaluator = Evaluator(cal, req.backend, req.extrapolate)
-        self.nodes = req.nodes
         self.compute_s = compute_seconds(req)
         self.exact = exact
         self._programs: dict[tuple, Any] = {}
         self._estimates: dict[tuple, ProgramEstimate] = {}
-        self._info: dict[tuple, GroupInfo] = {}
+        self._info: dict[tuple, AxisPlacement] = {}
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """Node of every rank (for --verify's layouts; pricing works from the strides)."""
+        return self.req.nodes
 
     # programs
     def workload(self, cfg: Config) -> dict[str, Any]:
@@ -85,10 +89,15 @@ class Planner:
         if req.mode == "infer":
             progs = inference.programs(req, cfg, layout)
         else:
-            options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
+            # the pipeline Programs come from pp_program, shared by content; training_step
+            # builds them at one micro-batch only to be replaced
+            options = {name: self.pp_options(cfg, 1) for name in PIPELINE}
             progs = patterns.training_step(
                 layout, req.model, self.workload(cfg), cfg.zero_stage, options
             )
+            for name in PIPELINE:
+                if name in progs:
+                    progs[name] = self.pp_program(name, cfg, m_sim)
         # one object per distinct Program (ZeRO stages share the others), so estimates cached
         # by Program identity are reused across stages and rank orders
         progs = {name: self._shared(name, cfg, m_sim, prog) for name, prog in progs.items()}
@@ -103,8 +112,13 @@ class Planner:
 
     def pp_program(self, name: str, cfg: Config, micro_batches: int) -> Program:
         """The pipeline Program `name` of `cfg` with another number of micro-batches (same
-        per-micro-batch compute and message size)."""
-        key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches)
+        per-micro-batch compute and message size), one object per content: configs of the
+        same depth, micro-batches and message size share it, its simulations and estimates
+        (at 16K GPUs 79 configs had 35 distinct pipelines)."""
+        same = replace(
+            cfg, tp=1, cp=1, ep=1, dp=1, micro_batch=1, zero_stage=0, order=DEFAULT_ORDER
+        )
+        key = ("pipeline", name, micro_batches, self._message_key(cfg), same)
         hit = self._programs.get(key)
         if hit is None:
             layout = ParallelLayout(
@@ -118,6 +132,16 @@ class Planner:
             opts.update(self.pp_options(cfg, micro_batches))
             hit = self._programs[key] = patterns.build(name, layout, self.req.model, opts)
         return hit
+
+    def _message_key(self, cfg: Config) -> tuple:
+        """What a pipeline message's size depends on (pp.build): b s / cp tokens, / tp with
+        sequence parallel, when that divides exactly (tp4-cp16 and tp8-cp8 share it), else
+        the degrees themselves."""
+        tp = cfg.tp if self.req.sequence_parallel else 1
+        tokens = cfg.micro_batch * self.req.seq
+        if tokens % (cfg.cp * tp) == 0:
+            return ("tokens", tokens // (cfg.cp * tp))
+        return ("degrees", cfg.micro_batch, cfg.cp, tp)
 
     def pipeline(
         self, name: str, cfg: Config, layout: ParallelLayout, sim: ProgramEstimate
@@ -134,15 +158,14 @@ class Planner:
         m1 = self.pp_simulated(cfg)
         if m1 == m or sim.error:
             return sim
-        links = self.evaluator._pipeline_links(layout, "pp")[2]
+        links = stage_links(layout, "pp", self.req.gpus_per_node)
         tries = [(m1, 1)] if len(set(links)) <= 1 else []
         tries += [(p, 1), (p + m % p, p)]
         for base, period in tries:
             ext = self._extend(name, cfg, layout, sim if base == m1 else None, base, period)
             if ext is not None:
                 return ext
-        full = self.pp_program(name, cfg, m)
-        return self.evaluator.program(full, layout, placement=self.where(layout))
+        return self.price(self.pp_program(name, cfg, m), layout)
 
     def _extend(
         self,
@@ -160,13 +183,10 @@ class Planner:
         m = cfg.micro_batches
         if (m - base) % period or base + 2 * period > m:
             return None
-        where = self.where(layout)
         ests = [
             sim
             if k == 0 and sim is not None
-            else self.evaluator.program(
-                self.pp_program(name, cfg, base + k * period), layout, placement=where
-            )
+            else self.price(self.pp_program(name, cfg, base + k * period), layout)
             for k in (0, 1, 2)
         ]
         bad = next((e for e in ests if e.error), None)
@@ -195,12 +215,13 @@ class Planner:
         return ProgramEstimate(ests[0].pattern, [ext])
 
     # placement
-    def info(self, layout: ParallelLayout, axis: str) -> GroupInfo:
-        """GroupInfo of an axis (cached: every order of every config asks for its groups)."""
+    def info(self, layout: ParallelLayout, axis: str) -> AxisPlacement:
+        """Placement of an axis's groups, from the strides (placement.axis_placement: no
+        group listed, nothing kept per GPU), cached per degrees, order and axis."""
         key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order, axis)
         hit = self._info.get(key)
         if hit is None:
-            hit = self._info[key] = resolve_axis(layout, axis)
+            hit = self._info[key] = axis_placement(layout, axis, self.req.gpus_per_node)
         return hit
 
     def where(self, layout: ParallelLayout) -> Callable[[str], tuple[int, str]]:
@@ -211,6 +232,33 @@ class Planner:
             return info.size, info.link_class
 
         return lookup
+
+    def stages(self, layout: ParallelLayout) -> Callable[[str], tuple[int, str, tuple[str, ...]]]:
+        """(group size, link class, link per stage pair) of a pipeline axis of `layout`, for
+        Evaluator.program."""
+
+        def lookup(axis: str) -> tuple[int, str, tuple[str, ...]]:
+            info = self.info(layout, axis)
+            return info.size, info.link_class, stage_links(layout, axis, self.req.gpus_per_node)
+
+        return lookup
+
+    def signature(self, prog: Program, layout: ParallelLayout) -> tuple:
+        """What a Program's estimate depends on besides the Program: each axis's group size
+        and link class, and a pipeline's link per stage pair (two placements with the same
+        overall class may cross nodes between different stages)."""
+        out = []
+        for a in dict.fromkeys(prog.axes()):
+            info = self.info(layout, a)
+            links = stage_links(layout, a, self.req.gpus_per_node) if a == "pp" else ()
+            out.append((a, info.size, info.link_class, links))
+        return tuple(out)
+
+    def price(self, prog: Program, layout: ParallelLayout) -> ProgramEstimate:
+        """Evaluator.program of `prog` on `layout`, placed from the strides."""
+        return self.evaluator.program(
+            prog, layout, placement=self.where(layout), pipeline_links=self.stages(layout)
+        )
 
     def placement(self, layout: ParallelLayout, axes: list[str]) -> dict[str, dict[str, Any]]:
         out = {}
@@ -229,14 +277,13 @@ class Planner:
         """Price one (valid) config; the estimates say which step could not be priced, if any."""
         req = self.req
         mem = mem if mem is not None else memory(req, cfg)
-        layout = cfg.layout(req.gpus, self.nodes)
+        layout = cfg.layout(req.gpus, ())  # placed from the strides: no node list
         estimates = {}
         for name, prog in self.programs(cfg).items():
-            where = tuple((a, self.info(layout, a).link_class) for a in dict.fromkeys(prog.axes()))
-            key = (id(prog), where)
+            key = (id(prog), self.signature(prog, layout))
             est = self._estimates.get(key)
             if est is None:
-                est = self.evaluator.program(prog, layout, placement=self.where(layout))
+                est = self.price(prog, layout)
                 if patterns.get(name).role is Role.PIPELINE:
                     est = self.pipeline(name, cfg, layout, est)
                 self._estimates[key] = est
@@ -279,7 +326,7 @@ class Planner:
         seen, out = set(), []
         for order in rank_orders(degrees):
             c = replace(cfg, order=order)
-            layout = c.layout(self.req.gpus, self.nodes)
+            layout = c.layout(self.req.gpus, ())
             sig = tuple(
                 (a, self.info(layout, a).link_class, self.info(layout, a).hosts_spanned)
                 for a in DENSE
