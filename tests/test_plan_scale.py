@@ -7,7 +7,7 @@ import pytest
 
 from commbench import calibration
 from commbench.calibration import reference
-from commbench.plan import Config, Planner, PlanRequest
+from commbench.plan import Config, Planner, PlanRequest, explain
 from commbench.plan.planner import PP_BASE
 from commbench.traffic import presets as models
 from commbench.traffic.layout import ParallelLayout
@@ -92,3 +92,45 @@ def test_placement_keeps_nothing_per_gpu():
     assert (got.size, got.stride, got.hosts_spanned) == (512, 8, 512)
     assert set(stage_links(lay, "pp", 8)) == {"inter"}
     assert "dense" not in lay.__dict__ or "grid" not in lay.dense.__dict__
+
+
+# ---- --explain of a partial config ----------------------------------------------------------
+def test_explain_sets_unnamed_axes_to_1_and_picks_micro_batch_and_zero(ref):
+    """tp8-pp16 is tp8-cp1-dp(rest)-pp16, not a searched cp; micro-batch and ZeRO are the
+    best of those the request allows, and the explanation says what it chose."""
+    r = req("llama-70b", 256, micro_batch_sizes=(1, 2), zero_stages=(0, 1))
+    ev = explain(r, ref, "tp8-pp16")
+    c = ev.config
+    assert (c.tp, c.cp, c.ep, c.dp, c.pp) == (8, 1, 1, 2, 16)
+    text = " | ".join(ev.chosen)
+    assert "cp = 1 (not named)" in text and "dp = 2 (the rest of the 256 GPUs)" in text
+    assert f"micro-batch {c.micro_batch}" in text and f"ZeRO {c.zero_stage}" in text
+    # the pick is the best of the four (b, z) the search would price for that split
+    p = Planner(r, ref)
+    alts = [
+        p.evaluate(config(tp=8, dp=2, pp=16, b=b, m=r.batch // (2 * b), z=z))
+        for b in (1, 2)
+        for z in (0, 1)
+    ]
+    best = min(alts, key=lambda e: (not e.fits, e.step_s))
+    assert (c.micro_batch, c.zero_stage) == (best.config.micro_batch, best.config.zero_stage)
+    named = explain(r, ref, "tp8-pp16-b2-z1")
+    assert (named.config.micro_batch, named.config.zero_stage) == (2, 1)
+    assert not any("ZeRO" in line for line in named.chosen)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tp3-pp4", "tp3*pp4 = 12 does not divide the 64 GPUs"),
+        ("tp8-dp4", "dp=4 leaves 32 of the 64 GPUs used"),
+        ("cp5", "cp5 = 5 does not divide the 64 GPUs"),
+    ],
+)
+def test_explain_degrees_that_do_not_divide_the_gpus_exit_2(text, message):
+    """Named before any search: one message with the value, exit 2."""
+    from conftest import run_single
+
+    job = run_single("plan", "--model", "llama-7b", "--gpus", "64", "--explain", text)
+    assert job.returncode == 2, job.output
+    assert message in job.stderr and "Traceback" not in job.output

@@ -202,6 +202,8 @@ def explain_text(ev, req, cal, out) -> None:
         f"# commbench plan --explain: {c.full_label} for {req.model.name} on {req.gpus} GPUs "
         f"({req.num_nodes} node(s)); calibration {cal.source} [{cal.kind}]\n"
     )
+    for line in ev.chosen:
+        w(f"# chose: {line}\n")
     if not ev.fits:
         w(
             f"# NOTE: does not fit in {req.gpu_memory_gb:g} GB per GPU "

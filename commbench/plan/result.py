@@ -39,6 +39,7 @@ class Evaluation:
     notes: list[str] = field(default_factory=list)
     rank: int = 0
     inference: InferenceTimes | None = None  # --mode infer: prefill, TPOT, throughput
+    chosen: list[str] = field(default_factory=list)  # --explain: what it set or picked
 
     @property
     def times(self) -> dict[str, float | None]:
@@ -127,7 +128,10 @@ class PlanResult:
 def explain_file(req: PlanRequest, cal: Calibration, ev: Evaluation) -> ExplainFile:
     """What `--explain --json` writes: the request, the calibration and one config's steps."""
     return ExplainFile(
-        inputs=req.as_dict(), calibration=calibration_summary(cal), config=ev.planned(steps=True)
+        inputs=req.as_dict(),
+        calibration=calibration_summary(cal),
+        config=ev.planned(steps=True),
+        chosen=tuple(ev.chosen),
     )
 
 
