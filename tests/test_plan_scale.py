@@ -134,3 +134,18 @@ def test_explain_degrees_that_do_not_divide_the_gpus_exit_2(text, message):
     job = run_single("plan", "--model", "llama-7b", "--gpus", "64", "--explain", text)
     assert job.returncode == 2, job.output
     assert message in job.stderr and "Traceback" not in job.output
+
+
+# ---- routing a uniform router fast ----------------------------------------------------------
+def test_uniform_subsets_draw_every_k_subset_alike():
+    """Distinct experts per token; each of the C(4, 2) = 6 pairs about 1/6 of the time."""
+    import numpy as np
+
+    from commbench.traffic.patterns.ep import uniform_subsets
+
+    got = uniform_subsets(np.random.default_rng(0), 60000, 4, 2)
+    assert got.shape == (60000, 2) and np.all(got[:, 0] != got[:, 1])
+    pairs = np.unique(np.sort(got, axis=1), axis=0, return_counts=True)[1]
+    assert len(pairs) == 6 and np.all(np.abs(pairs / 60000 - 1 / 6) < 0.01)
+    wide = uniform_subsets(np.random.default_rng(1), 4096, 256, 8)
+    assert all(len(set(row)) == 8 for row in wide.tolist())
