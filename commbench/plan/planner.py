@@ -12,6 +12,7 @@ from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
 from commbench.plan import inference
 from commbench.plan.gpu_memory import memory
+from commbench.plan.periodic import extend
 from commbench.plan.placement import AxisPlacement, axis_placement, stage_links
 from commbench.plan.progress import Progress
 from commbench.plan.request import GB, PlanRequest, compute_seconds, gb
@@ -21,8 +22,6 @@ from commbench.plan.search import (
     Candidate,
     Config,
     candidates,
-    explain_degrees,
-    parse_config,
     rank_orders,
 )
 from commbench.plan.step_time import RoleTimes, step_time
@@ -151,77 +150,6 @@ class Planner:
             return ("tokens", tokens // (cfg.cp * tp))
         return ("degrees", cfg.micro_batch, cfg.cp, tp)
 
-    def pipeline(
-        self, name: str, cfg: Config, layout: ParallelLayout, sim: ProgramEstimate
-    ) -> ProgramEstimate:
-        """The 1F1B estimate at the config's m from short simulations. Its makespan is a
-        max-plus linear system in m, affine once the schedule is periodic: T(m) = T(b) +
-        (m - b)/k x (T(b+k) - T(b)), checked at runtime on T(b+2k). Tried in turn: from b =
-        min(p, PP_BASE) by k = 1 where every stage pair has one link class (checked on p = 8
-        to 128, compute/message ratios 0.001 to 1000, first and last stage's compute x0.5 to
-        x1.3: affine from m = 8 on); from b = p by 1; from b = p + m mod p by p (the rule
-        before: 6p micro-batches simulated where 3 x 8 now do, 16K GPUs in seconds); else the
-        full schedule."""
-        p, m = cfg.pp, cfg.micro_batches
-        m1 = self.pp_simulated(cfg)
-        if m1 == m or sim.error:
-            return sim
-        links = stage_links(layout, "pp", self.req.gpus_per_node)
-        tries = [(m1, 1)] if len(set(links)) <= 1 else []
-        tries += [(p, 1), (p + m % p, p)]
-        for base, period in tries:
-            ext = self._extend(name, cfg, layout, sim if base == m1 else None, base, period)
-            if ext is not None:
-                return ext
-        return self.price(self.pp_program(name, cfg, m), layout)
-
-    def _extend(
-        self,
-        name: str,
-        cfg: Config,
-        layout: ParallelLayout,
-        sim: ProgramEstimate | None,
-        base: int,
-        period: int,
-    ) -> ProgramEstimate | None:
-        """The estimate at `base` micro-batches (`sim`, or priced here) extended to the
-        config's m by `period`, or an estimate that could not be priced; None when m - base
-        is not a multiple of the period or T(base), T(base+k), T(base+2k) are not equally
-        spaced (the schedule is not yet periodic there)."""
-        m = cfg.micro_batches
-        if (m - base) % period or base + 2 * period > m:
-            return None
-        ests = [
-            sim
-            if k == 0 and sim is not None
-            else self.price(self.pp_program(name, cfg, base + k * period), layout)
-            for k in (0, 1, 2)
-        ]
-        bad = next((e for e in ests if e.error), None)
-        if bad is not None:
-            return bad
-        T, C = [], []
-        for e in ests:
-            assert e.total_s is not None and e.comm_s is not None  # priced: no step failed
-            T.append(e.total_s)
-            C.append(e.comm_s)
-        tol = 1e-9 * max(T)
-        if abs((T[2] - T[1]) - (T[1] - T[0])) > tol or abs((C[2] - C[1]) - (C[1] - C[0])) > tol:
-            return None
-        k = (m - base) // period
-        st = ests[0].steps[0]
-        total, comm = T[0] + k * (T[1] - T[0]), C[0] + k * (C[1] - C[0])
-        ext = replace(
-            st,
-            label=st.label.replace(f"m={base}", f"m={m}"),
-            per_op_s=total,
-            total_s=total,
-            comm_s=comm,
-            method=st.method + f" (simulated at m={base},{base + period},{base + 2 * period}, "
-            f"extended by period {period})",
-        )
-        return ProgramEstimate(ests[0].pattern, [ext])
-
     # placement
     def info(self, layout: ParallelLayout, axis: str) -> AxisPlacement:
         """Placement of an axis's groups, from the strides (placement.axis_placement: no
@@ -293,7 +221,7 @@ class Planner:
             if est is None:
                 est = self.price(prog, layout)
                 if patterns.get(name).role is Role.PIPELINE:
-                    est = self.pipeline(name, cfg, layout, est)
+                    est = extend(self, name, cfg, layout, est)
                 self._estimates[key] = est
             estimates[name] = est
         axes = [a for a in ("tp", "cp", "ep", "dp", "pp") if getattr(cfg, a) > 1]
@@ -426,70 +354,3 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
         counts=counts,
         findings=inference.findings(req, ranked, at_batch) if req.mode == "infer" else [],
     )
-
-
-def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
-    """The config CONFIG names, its unnamed axes 1 and dp the rest of the GPUs (explain_degrees,
-    which refuses degrees that do not divide the GPUs before any search); micro-batch size,
-    ZeRO stage and rank order unless named are the best the search would pick for it (those
-    that fit first, then the fastest), and Evaluation.chosen says so. Priced even if it does
-    not fit (say so), with every Program step's estimate."""
-    want = parse_config(text)
-    deg = explain_degrees(req, want, text)
-    planner = Planner(req, cal)
-
-    def matches(cfg: Config) -> bool:
-        d = cfg.as_dict()
-        named = {**deg, **{k: v for k, v in want.items() if k != "order"}}
-        return all(d[k] == v for k, v in named.items())
-
-    hits = [c for c in candidates(req) if matches(c.config)]
-    if not hits:
-        raise UsageError(
-            f"--explain {text}: no split of {req.gpus} GPUs has "
-            + ", ".join(f"{k}={v}" for k, v in {**deg, **want}.items() if k != "order")
-        )
-    valid = [c for c in hits if c.stage == "valid"]
-    if not valid:
-        c = hits[0]
-        raise UsageError(f"--explain {text}: {c.config.label} cannot run: {'; '.join(c.reasons)}")
-    evals = []
-    for c in valid:
-        cfgs = (
-            [replace(c.config, order=want["order"])]
-            if "order" in want
-            else planner.distinct_orders(c.config)
-        )
-        for oc in cfgs:
-            evals.append(planner.evaluate(oc))
-    priced = [e for e in evals if not planner.errors(e)] or evals
-    best = min(priced, key=lambda e: (not e.fits, e.step_s, e.config.full_label))
-    best.chosen = chosen(req, want, best, len(priced))
-    return best
-
-
-def chosen(req: PlanRequest, want: dict[str, Any], ev: Evaluation, tried: int) -> list[str]:
-    """What --explain set or picked that CONFIG did not name."""
-    c, out = ev.config, []
-    axes = ("tp", "cp", "ep", "pp") if req.model.is_moe else ("tp", "cp", "pp")
-    unnamed = [a for a in axes if a not in want and getattr(c, a) == 1]
-    if unnamed:
-        out.append(f"{', '.join(unnamed)} = 1 (not named)")
-    if "dp" not in want:
-        out.append(f"dp = {c.dp} (the rest of the {req.gpus} GPUs)")
-    picks = []
-    if "micro_batch" not in want and "micro_batches" not in want:
-        picks.append(f"micro-batch {c.micro_batch} ({c.micro_batches} per step)")
-    if "zero_stage" not in want:
-        picks.append(f"ZeRO {c.zero_stage}")
-    if "order" not in want and req.orders == "all":
-        picks.append(f"order {'-'.join(c.order)}")
-    if picks and tried == 1:
-        out.append(f"{', '.join(picks)}: the only choice the request allows")
-    elif picks:
-        out.append(
-            f"{', '.join(picks)}: the best of {tried} priced (micro-batch "
-            f"{','.join(map(str, req.micro_batch_sizes))}, ZeRO "
-            f"{','.join(map(str, req.zero_stages))})"
-        )
-    return out
