@@ -149,3 +149,55 @@ def test_uniform_subsets_draw_every_k_subset_alike():
     assert len(pairs) == 6 and np.all(np.abs(pairs / 60000 - 1 / 6) < 0.01)
     wide = uniform_subsets(np.random.default_rng(1), 4096, 256, 8)
     assert all(len(set(row)) == 8 for row in wide.tolist())
+
+
+# ---- the KV cache's dtype and the memory levers -----------------------------------------------
+def test_kv_cache_dtype_halves_the_cache_and_its_decode_reads(ref):
+    """fp8 and int8 hold the KV cache in one byte: half bf16's memory and HBM reads."""
+    from commbench.plan import memory
+    from commbench.plan.inference import decode_compute
+
+    cfg = config(tp=4, dp=2, b=1, m=4)
+    kw = dict(mode="infer", seq_len=32768, global_batch=8)
+    bf16, fp8, int8 = (req("llama-7b", 8, kv_cache_dtype=d, **kw) for d in ("bf16", "fp8", "int8"))
+    assert memory(fp8, cfg)["kv_cache"] == pytest.approx(memory(bf16, cfg)["kv_cache"] / 2)
+    assert memory(int8, cfg)["kv_cache"] == memory(fp8, cfg)["kv_cache"]
+    assert memory(fp8, cfg)["weights"] == memory(bf16, cfg)["weights"]
+    (_, hbm16), (_, hbm8) = decode_compute(bf16, cfg), decode_compute(fp8, cfg)
+    assert hbm16 is not None and hbm8 is not None and hbm8 < hbm16
+    a, b = Planner(bf16, ref).evaluate(cfg), Planner(fp8, ref).evaluate(cfg)
+    assert b.step_s < a.step_s  # decode is HBM-bound: fewer bytes, a shorter TPOT
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype applies to --mode infer"),
+        (["--mode", "infer", "--kv-cache-dtype", "fp4"], "invalid choice: 'fp4'"),
+    ],
+)
+def test_kv_cache_dtype_bad_input_exits_2(args, message):
+    from conftest import run_single
+
+    job = run_single("plan", "--model", "llama-7b", "--gpus", "8", *args)
+    assert job.returncode == 2, job.output
+    assert message in job.stderr and "Traceback" not in job.output
+
+
+def test_finding_when_cp_only_buys_memory_full_recompute_frees(ref):
+    """Every GPU its own node: CP's ring crosses nodes, and tp1-cp1-dp8 with full recompute
+    (4/3 of the compute) fits and beats the best, tp2-cp4: the plan says so."""
+    from commbench.plan import plan
+
+    r = req("llama-7b", 8, gpus_per_node=1, seq_len=65536, zero_stages=(0, 1, 2, 3))
+    res = plan(r, ref)
+    best = res.ranked[0]
+    assert best.config.cp > 1
+    found = [f for f in res.findings if "only for memory" in f]
+    assert len(found) == 1 and "full recompute (--recompute full)" in found[0]
+    assert f"the best {best.config.label} uses CP {best.config.cp}" in found[0]
+    # none once recompute is full already, nor when the best has no CP
+    full = plan(req("llama-7b", 8, gpus_per_node=1, seq_len=65536, recompute="full"), ref)
+    assert not [f for f in full.findings if "only for memory" in f]
+    short = plan(req("llama-7b", 8, zero_stages=(0,)), ref)
+    assert short.ranked[0].config.cp == 1 and not short.findings

@@ -88,6 +88,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="selective",
         help="activation recomputation (default: selective)",
     )
+    w.add_argument(
+        "--kv-cache-dtype",
+        choices=("bf16", "fp8", "int8"),
+        default="bf16",
+        help="--mode infer: the KV cache's element type, in memory and in decode's HBM reads "
+        "(default: bf16)",
+    )
     w.add_argument("--grad-dtype", default="float32", help="gradient dtype (default: float32)")
     m = p.add_argument_group("time model")
     m.add_argument(
@@ -161,6 +168,7 @@ def request_from_args(args: argparse.Namespace, cal):
         peak_tflops=args.peak_tflops,
         mfu=args.mfu,
         recompute=args.recompute,
+        kv_cache_dtype=args.kv_cache_dtype,
         hbm_gbps=args.hbm_gbps,
         grad_dtype=args.grad_dtype,
         overlap_dp=args.overlap_dp,

@@ -161,6 +161,8 @@ def table(result, top: int, out) -> None:
     notes = sorted({n for e in result.ranked[:top] for n in e.notes})
     for n in notes:
         out.write(f"# note: {n}\n")
+    for line in result.findings:
+        out.write(f"# finding: {line}\n")
 
 
 def rejected_lines(result, out) -> None:

@@ -12,6 +12,7 @@ from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
 from commbench.plan import inference
 from commbench.plan.gpu_memory import memory
+from commbench.plan.levers import FULL_RECOMPUTE_COMPUTE, cp_for_memory
 from commbench.plan.periodic import extend
 from commbench.plan.placement import AxisPlacement, axis_placement, stage_links
 from commbench.plan.progress import Progress
@@ -312,6 +313,7 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
             f"{req.model.name} does not fit on {req.gpus} x {req.gpu_memory_gb:g} GB: the "
             f"smallest per-GPU need is {gb(need):.1f} GB ({c.config.full_label}); try more "
             "GPUs, ZeRO (--zero-stage 1,2,3), --sequence-parallel or --recompute full"
+            + (" or --kv-cache-dtype fp8" if req.mode == "infer" else "")
         )
     ranked: list[Evaluation] = []
     first_error = None
@@ -352,5 +354,23 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
         rejected=rejected,
         assumptions=assumptions(req, cal),
         counts=counts,
-        findings=inference.findings(req, ranked, at_batch) if req.mode == "infer" else [],
+        findings=(inference.findings(req, ranked, at_batch) if req.mode == "infer" else [])
+        + cp_for_memory(req, ranked[0], rejected, _pricer(cal)),
     )
+
+
+def _pricer(cal: Calibration) -> Callable[[PlanRequest, Candidate, dict], Evaluation | None]:
+    """levers.cp_for_memory's price(): one Planner for the changed request, full recompute's
+    extra forward charged to its compute."""
+    planners: dict[tuple[str, str], Planner] = {}  # (KV-cache dtype, recompute) -> planner
+
+    def price(req: PlanRequest, c: Candidate, mem: dict) -> Evaluation | None:
+        planner = planners.get((req.kv_cache_dtype, req.recompute))
+        if planner is None:
+            planner = planners[req.kv_cache_dtype, req.recompute] = Planner(req, cal)
+            if req.recompute == "full" and planner.compute_s is not None:
+                planner.compute_s *= FULL_RECOMPUTE_COMPUTE
+        ev = planner.evaluate(c.config, mem)
+        return None if planner.errors(ev) else ev
+
+    return price

@@ -186,7 +186,8 @@ def assumptions(req: PlanRequest, cal: Calibration) -> list[str]:
             "inference: prefill of each replica's prompts (m micro-batches of b) and decode of "
             "the global batch with p micro-batches in flight; ranked by time per output token "
             "(TPOT); decode compute = max(FLOPs, (weights + KV cache) read at "
-            f"{req.hbm_gbps:g} GB/s); memory = weights + KV cache + one layer's activations"
+            f"{req.hbm_gbps:g} GB/s); memory = weights + KV cache ({req.kv_cache_dtype}) + one "
+            "layer's activations"
         )
     out.append(f"communication-bound: communication > {COMM_BOUND:.0%} of the step")
     if req.orders == "megatron":
