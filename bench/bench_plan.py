@@ -63,6 +63,12 @@ SCALE = {
         2.0,
         None,
     ),
+    # as the issue ran it: the old code searched the unnamed cp (and explained tp8-cp8-dp8-pp16)
+    "405b-8k-explain-partial": (
+        f"--model {M405} --gpus 8192 {TRAIN_405} --explain tp8-pp16",
+        2.0,
+        None,
+    ),
     "405b-65k-explain": (
         f"--model {M405} --gpus 65536 {TRAIN_405} --explain tp8-cp1-pp16",
         2.0,
@@ -115,7 +121,7 @@ def run_cli(args: str, code: str | None, timeout: float) -> tuple[float | None, 
 
 
 def scale(old: str | None, timeout: float, only: list[str] | None) -> int:
-    """The SCALE cases, this tree (and `old`) side by side."""
+    """The SCALE cases, this tree (and `old`) side by side (printed as they finish)."""
     print(f"# bench_plan --scale: each case a fresh `commbench plan` process, cold route cache; "
           f"timeout {timeout:g} s{'; old = ' + old if old else ''}")  # fmt: skip
     for name in only or list(SCALE):
@@ -132,11 +138,11 @@ def scale(old: str | None, timeout: float, only: list[str] | None) -> int:
             owall, opeak, ofirst = run_cli(args, old, timeout)
             line += f" | old {_t(owall)}, {opeak:.2f} GB"
         verdict = ("met" if met else "NOT met") if goal else "no target"
-        print(f"{line} | target {' and '.join(goal) or '-'}: {verdict}")
+        print(f"{line} | target {' and '.join(goal) or '-'}: {verdict}", flush=True)
         print(f"{'':>26}plan {args}")
         print(f"{'':>26}new: {first[:150]}")
         if old:
-            print(f"{'':>26}old: {ofirst[:150]}")
+            print(f"{'':>26}old: {ofirst[:150]}", flush=True)
     return 0
 
 
