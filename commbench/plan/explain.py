@@ -27,7 +27,8 @@ def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
     def matches(cfg: Config) -> bool:
         d = cfg.as_dict()
         named = {**deg, **{k: v for k, v in want.items() if k != "order"}}
-        return all(d[k] == v for k, v in named.items())
+        plain = d.get("virtual_stages", 1) == want.get("virtual_stages", 1)  # unnamed: 1F1B
+        return plain and all(d[k] == v for k, v in named.items())
 
     hits = [c for c in candidates(req) if matches(c.config)]
     if not hits:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from commbench.calibration.pricing import ProgramEstimate
+from commbench.errors import UsageError
 from commbench.plan.placement import stage_links
 from commbench.plan.search import Config
 from commbench.traffic.layout import ParallelLayout
@@ -57,12 +58,15 @@ def _extend(
     m = cfg.micro_batches
     if (m - base) % period or base + 2 * period > m:
         return None
-    ests = [
-        sim
-        if k == 0 and sim is not None
-        else planner.price(planner.pp_program(name, cfg, base + k * period), layout)
-        for k in (0, 1, 2)
-    ]
+    try:
+        ests = [
+            sim
+            if k == 0 and sim is not None
+            else planner.price(planner.pp_program(name, cfg, base + k * period), layout)
+            for k in (0, 1, 2)
+        ]
+    except UsageError:  # a schedule that takes no such micro-batch count (interleaved: p | m)
+        return None
     bad = next((e for e in ests if e.error), None)
     if bad is not None:
         return bad

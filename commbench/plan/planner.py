@@ -75,9 +75,10 @@ class Planner:
 
     def pp_simulated(self, cfg: Config) -> int:
         """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
-        exact, else min(p, PP_BASE) (extended to m by pipeline())."""
+        exact, else min(p, PP_BASE) (extended to m by periodic.extend); p for an interleaved
+        schedule (virtual stages), whose micro-batches Megatron takes in multiples of p."""
         p, m = cfg.pp, cfg.micro_batches
-        base = min(p, PP_BASE)
+        base = p if getattr(cfg, "virtual_stages", 1) > 1 else min(p, PP_BASE)
         if self.exact or p == 1 or m < 4 * base:
             return m
         return base
