@@ -201,3 +201,18 @@ def test_finding_when_cp_only_buys_memory_full_recompute_frees(ref):
     assert not [f for f in full.findings if "only for memory" in f]
     short = plan(req("llama-7b", 8, zero_stages=(0,)), ref)
     assert short.ranked[0].config.cp == 1 and not short.findings
+
+
+def test_pipeline_estimates_are_kept_per_stage_link_not_per_axis_class(ref):
+    """Two rank orders whose pp groups both cross nodes (class inter) but at different stage
+    pairs share a pipeline Program; each gets its own estimate, as a fresh planner prices it."""
+    r = req("llama-7b", 16, gpus_per_node=4, zero_stages=(0,))
+    spread = config(tp=2, dp=2, pp=4, m=64)  # Megatron order: pp stride 4, every pair inter
+    packed = Config(**{**spread.__dict__, "order": tuple("tp-pp-cp-ep-dp".split("-"))})
+    shared = Planner(r, ref)
+    a, b = shared.evaluate(spread), shared.evaluate(packed)
+    assert a.placement["pp"]["link_class"] == b.placement["pp"]["link_class"] == "inter"
+    assert shared.programs(spread)["pp"] is shared.programs(packed)["pp"]
+    alone = Planner(r, ref).evaluate(packed)
+    assert b.estimates["pp"].total_s == alone.estimates["pp"].total_s
+    assert b.estimates["pp"].total_s < a.estimates["pp"].total_s  # intra pairs are faster
