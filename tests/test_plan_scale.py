@@ -216,3 +216,19 @@ def test_pipeline_estimates_are_kept_per_stage_link_not_per_axis_class(ref):
     alone = Planner(r, ref).evaluate(packed)
     assert b.estimates["pp"].total_s == alone.estimates["pp"].total_s
     assert b.estimates["pp"].total_s < a.estimates["pp"].total_s  # intra pairs are faster
+
+
+def test_finding_when_a_wider_replica_only_buys_memory_fp8_kv_frees(ref):
+    """llama-70b serving 128K-token contexts on 16 GPUs: tp8-pp2 is the best that fits in
+    bf16, but tp8 alone (twice the replicas) fits with an fp8 KV cache and is faster."""
+    from commbench.plan import plan
+
+    kw = dict(mode="infer", seq_len=131072, global_batch=20)
+    res = plan(req("llama-70b", 16, **kw), ref)
+    found = [f for f in res.findings if "only for memory" in f]
+    assert len(found) == 1, res.findings
+    assert "uses 16 GPUs a replica" in found[0] and "tp8-cp1-dp2-pp1" in found[0]
+    assert "--kv-cache-dtype fp8" in found[0]
+    fp8 = plan(req("llama-70b", 16, kv_cache_dtype="fp8", **kw), ref)
+    assert fp8.ranked[0].config.label == "tp8-cp1-dp2-pp1"  # what the finding said
+    assert not [f for f in fp8.findings if "only for memory" in f]

@@ -1,7 +1,8 @@
 """Whether the best config pays for memory with parallelism a cheaper lever would free: the
 seed article's "GQA/MQA or a quantized KV cache is often cheaper than adding CP; CP is for
-what really does not fit". When the best config uses context parallelism, each config without
-CP that was rejected for memory is sized again with the lever (an fp8 KV cache in inference,
+what really does not fit". When the best config uses context parallelism (in inference also:
+more GPUs a replica, tp x cp x pp, than another config), each config without CP (with a
+smaller replica) that was rejected for memory is sized again with the lever (an fp8 KV cache in inference,
 full recompute in training), and those that then fit are priced; if one is faster than the
 best, a `# finding:` says which, by how much, and what the lever costs."""
 
@@ -13,7 +14,7 @@ from dataclasses import replace
 from commbench.plan.gpu_memory import memory
 from commbench.plan.request import GB, PlanRequest, gb
 from commbench.plan.result import Evaluation
-from commbench.plan.search import Candidate
+from commbench.plan.search import Candidate, Config
 
 # a full recompute re-runs each layer's forward in the backward: 4/3 of the step's FLOPs
 # (Korthikanti et al. 2022, 3.3; Megatron-LM's --recompute-granularity full)
@@ -31,30 +32,44 @@ def lever(req: PlanRequest) -> tuple[PlanRequest, str] | None:
     return replace(req, recompute="full"), "full recompute (--recompute full)"
 
 
+def replica(c: Config) -> int:
+    """GPUs one model replica spans: tp x cp x pp."""
+    return c.tp * c.cp * c.pp
+
+
 def cp_for_memory(
     req: PlanRequest,
     best: Evaluation,
     rejected: list[Candidate],
     price: Callable[[PlanRequest, Candidate, dict[str, float]], Evaluation | None],
 ) -> list[str]:
-    """A finding when the best config uses CP only for memory the lever frees: a config
-    without CP, rejected for memory, fits with the lever and is faster (its time with the
+    """A finding when the best config uses CP (in inference: or a larger replica) only for
+    memory the lever frees: a config without CP (with fewer GPUs a replica), rejected for
+    memory, fits with the lever and is faster (its time with the
     lever's cost: full recompute's extra forward). `price(req, candidate, memory)` prices a
     candidate under the changed request (None: it cannot be priced)."""
     pulled = lever(req)
-    if best.config.cp == 1 or pulled is None:
+    if pulled is None:
         return []
     req2, how = pulled
+    b = best.config
+    # in inference also a larger replica (tp x cp x pp GPUs) than the lever needs
+    wider = req.mode == "infer"
+    if b.cp == 1 and not wider:
+        return []
     cap = req.gpu_memory_gb * GB
     alts = []
     for c in rejected:
-        if c.stage != "memory" or c.config.cp != 1:
+        a = c.config
+        if c.stage != "memory" or not (
+            (b.cp > 1 and a.cp == 1) or (wider and replica(a) < replica(b))
+        ):
             continue
-        mem = memory(req2, c.config)
+        mem = memory(req2, a)
         if mem["total"] <= cap:
             ev = price(req2, c, mem)
             if ev is not None:
-                alts.append((ev, memory(req, c.config)["total"], mem["total"]))
+                alts.append((ev, memory(req, a)["total"], mem["total"]))
     if not alts:
         return []
     ev, before, after = min(alts, key=lambda a: (a[0].step_s, a[0].config.full_label))
@@ -63,13 +78,20 @@ def cp_for_memory(
     unit = "TPOT" if req.mode == "infer" else "step"
     scale = 1e3 if req.mode == "infer" else 1.0
     suffix = "ms" if req.mode == "infer" else "s"
+    a = ev.config
+    what = (
+        f"CP {b.cp}"
+        if b.cp > 1 and a.cp == 1
+        else f"{replica(b)} GPUs a replica (tp x cp x pp; {replica(a)} would do)"
+    )
     why = (
-        "a quantized KV cache is often cheaper than CP"
+        "a quantized KV cache is often cheaper than "
+        + ("CP" if what.startswith("CP") else "a wider replica")
         if req.mode == "infer"
         else "its extra forward (4/3 of the compute) included, recompute is cheaper than CP"
     )
     return [
-        f"the best {best.config.label} uses CP {best.config.cp} only for memory: "
+        f"the best {b.label} uses {what} only for memory: "
         f"{ev.config.label} needs {gb(before):.1f} GB > {req.gpu_memory_gb:g} GB, but with "
         f"{how} {gb(after):.1f} GB, and runs a {unit} of {scale * ev.step_s:.4g} {suffix} "
         f"against {scale * best.step_s:.4g} {suffix} ({best.step_s / ev.step_s:.2f}x faster; "
