@@ -343,7 +343,7 @@ def test_plan_text_says_reference_and_explain_lists_steps():
         (["--model", "llama-7b", "--gpus", "8", "--mode", "infer", "--overlap-dp"], "infer"),
         (["--model", "llama-7b", "--gpus", "8", "--global-batch", "1", "--micro-batch", "2"],
          "smaller than every --micro-batch"),
-        (["--model", "llama-7b", "--gpus", "8", "--explain", "tp3"], "no split"),
+        (["--model", "llama-7b", "--gpus", "8", "--explain", "tp3"], "tp3 = 3 does not divide the 8 GPUs"),
         (["--model", "llama-7b", "--gpus", "8", "--calibration", "/nonexistent.json"],
          "cannot read calibration"),
     ],

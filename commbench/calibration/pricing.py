@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from commbench.calibration import Calibration, Prediction
@@ -344,14 +345,18 @@ class Evaluator:
         layout: ParallelLayout,
         link_classes: dict[str, str] | None = None,
         placement: Callable[[str], tuple[int, str]] | None = None,
+        pipeline_links: Callable[[str], tuple[int, str, tuple[str, ...]]] | None = None,
     ) -> ProgramEstimate:
         """Estimate every step of `program` on `layout`; `link_classes` (axis -> class, e.g. from
-        a point record) overrides the layout's own placement."""
+        a point record) overrides the layout's own placement; `placement` (axis -> size, link
+        class) and `pipeline_links` (axis -> size, link class, link per stage pair) give it
+        without listing the layout's groups (the planner's)."""
         steps = []
         seen: dict[str, tuple[int, str]] = {}
         for i, st in enumerate(program.steps):
             if OPS[st.op].scheduled and not (link_classes and st.axis in link_classes):
-                steps.append(self.step(i, st, *self._pipeline_links(layout, st.axis)))
+                where3 = (pipeline_links or partial(self._pipeline_links, layout))(st.axis)
+                steps.append(self.step(i, st, *where3))
                 continue
             where = seen.get(st.axis)
             if where is None:

@@ -95,6 +95,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="whose traffic to price: Megatron-Core's or PyTorch's own parallelism as "
         "torchtitan applies it (docs/frameworks.md; default: megatron)",
     )
+    w.add_argument(
+        "--kv-cache-dtype",
+        choices=("bf16", "fp8", "int8"),
+        default="bf16",
+        help="--mode infer: the KV cache's element type, in memory and in decode's HBM reads "
+        "(default: bf16)",
+    )
     w.add_argument("--grad-dtype", default="float32", help="gradient dtype (default: float32)")
     w.add_argument(
         "--virtual-stages",
@@ -175,6 +182,7 @@ def request_from_args(args: argparse.Namespace, cal):
         mfu=args.mfu,
         recompute=args.recompute,
         virtual_stages=args.virtual_stages,
+        kv_cache_dtype=args.kv_cache_dtype,
         hbm_gbps=args.hbm_gbps,
         grad_dtype=args.grad_dtype,
         overlap_dp=args.overlap_dp,

@@ -161,6 +161,8 @@ def table(result, top: int, out) -> None:
     notes = sorted({n for e in result.ranked[:top] for n in e.notes})
     for n in notes:
         out.write(f"# note: {n}\n")
+    for line in result.findings:
+        out.write(f"# finding: {line}\n")
 
 
 def rejected_lines(result, out) -> None:
@@ -203,6 +205,8 @@ def explain_text(ev, req, cal, out) -> None:
         f"# commbench plan --explain: {c.full_label} for {req.model.name} on {req.gpus} GPUs "
         f"({req.num_nodes} node(s)); calibration {cal.source} [{cal.kind}]\n"
     )
+    for line in ev.chosen:
+        w(f"# chose: {line}\n")
     if not ev.fits:
         w(
             f"# NOTE: does not fit in {req.gpu_memory_gb:g} GB per GPU "

@@ -26,8 +26,9 @@ compute_s = tokens x FLOPs/token / (gpus x peak x MFU).
 The answer (result.py) is a PlanResult, written as a plan file (results.planfile.PlanFile).
 """
 
+from commbench.plan.explain import explain
 from commbench.plan.gpu_memory import memory
-from commbench.plan.planner import Planner, explain, plan
+from commbench.plan.planner import Planner, plan
 from commbench.plan.request import (
     PlanRequest,
     flops_per_token,

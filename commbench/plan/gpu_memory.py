@@ -4,7 +4,7 @@ activations and KV cache (the arithmetic is traffic.memory's; this picks it for 
 from __future__ import annotations
 
 from commbench.dtypes import dtype_size
-from commbench.plan.request import PlanRequest
+from commbench.plan.request import KV_CACHE_DTYPES, PlanRequest
 from commbench.plan.search import Config
 from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes, training_memory
 
@@ -32,7 +32,7 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
         return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
     weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")
     sequences = req.batch // cfg.dp  # every micro-batch's cache lives on every stage
-    kv = kv_cache_bytes(model, seq * sequences, "bfloat16", cfg.tp, cfg.pp, cfg.cp)
+    kv = kv_cache(req, seq * sequences, cfg)
     act = max(
         activation_bytes_per_layer(
             model,
@@ -54,3 +54,10 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
         "kv_cache": kv,
         "total": weights + act + kv,
     }
+
+
+def kv_cache(req: PlanRequest, tokens: int, cfg: Config) -> float:
+    """KV cache of `tokens` tokens per GPU in the request's --kv-cache-dtype (traffic.memory's
+    bf16 bytes scaled to its element size)."""
+    bf16 = kv_cache_bytes(req.model, tokens, "bfloat16", cfg.tp, cfg.pp, cfg.cp)
+    return bf16 * KV_CACHE_DTYPES[req.kv_cache_dtype] / KV_CACHE_DTYPES["bf16"]

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from commbench.calibration.pricing import ProgramEstimate
 from commbench.dtypes import dtype_size
 from commbench.ops import OPS
+from commbench.plan.gpu_memory import kv_cache
 from commbench.plan.request import PlanRequest, flops_per_token
 from commbench.plan.search import Config
 from commbench.plan.step_time import RoleTimes, StepTime, step_time
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.memory import kv_cache_bytes
 from commbench.traffic.patterns import Role
 from commbench.traffic.program import Program
 
@@ -132,7 +132,7 @@ def decode_compute(req: PlanRequest, cfg: Config) -> tuple[float | None, float |
     if model.is_moe:
         hit = 1.0 - (1.0 - 1.0 / model.experts) ** (b * cfg.ep * (model.top_k or 1))
     weights = (sp.dense_per_rank(cfg.tp) + sp.expert_per_rank(cfg.tp, cfg.ep) * hit) * WEIGHT_BYTES
-    kv = kv_cache_bytes(model, req.seq * b * m, "bfloat16", cfg.tp, cfg.pp, cfg.cp)
+    kv = kv_cache(req, req.seq * b * m, cfg)
     memory_s = (m * weights + kv) / (req.hbm_gbps * 1e9)
     return flops_s, memory_s
 

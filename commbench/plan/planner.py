@@ -12,19 +12,28 @@ from commbench.calibration.pricing import Evaluator, ProgramEstimate
 from commbench.errors import UsageError
 from commbench.plan import inference
 from commbench.plan.gpu_memory import memory
+from commbench.plan.levers import FULL_RECOMPUTE_COMPUTE, cp_for_memory
+from commbench.plan.periodic import extend
+from commbench.plan.placement import AxisPlacement, axis_placement, stage_links
 from commbench.plan.progress import Progress
 from commbench.plan.request import GB, PlanRequest, compute_seconds, gb
 from commbench.plan.result import Evaluation, PlanResult, assumptions
-from commbench.plan.search import DENSE, Candidate, Config, candidates, parse_config, rank_orders
+from commbench.plan.search import (
+    DENSE,
+    Candidate,
+    Config,
+    candidates,
+    rank_orders,
+)
 from commbench.plan.step_time import RoleTimes, step_time
 from commbench.traffic import patterns
-from commbench.traffic.layout import GroupInfo, ParallelLayout
+from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
 from commbench.traffic.patterns import Role
-from commbench.traffic.patterns.base import resolve_axis
 from commbench.traffic.program import Program
 
 # the patterns whose Program is the 1F1B schedule: they get the compute model's options
 PIPELINE = tuple(s.name for s in patterns.PATTERNS.values() if s.role is Role.PIPELINE)
+PP_BASE = 8  # micro-batches a long 1F1B schedule is simulated with before it is extended
 
 
 class Planner:
@@ -36,12 +45,16 @@ class Planner:
         self.req = req
         self.cal = cal
         self.evaluator = Evaluator(cal, req.backend, req.extrapolate)
-        self.nodes = req.nodes
         self.compute_s = compute_seconds(req)
         self.exact = exact
         self._programs: dict[tuple, Any] = {}
         self._estimates: dict[tuple, ProgramEstimate] = {}
-        self._info: dict[tuple, GroupInfo] = {}
+        self._info: dict[tuple, AxisPlacement] = {}
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """Node of every rank (for --verify's layouts; pricing works from the strides)."""
+        return self.req.nodes
 
     # programs
     def workload(self, cfg: Config) -> dict[str, Any]:
@@ -64,11 +77,13 @@ class Planner:
 
     def pp_simulated(self, cfg: Config) -> int:
         """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
-        exact, else p + (m mod p) (extended by periodicity, see pipeline())."""
+        exact, else min(p, PP_BASE) (extended to m by periodic.extend); p for an interleaved
+        schedule (virtual stages), whose micro-batches Megatron takes in multiples of p."""
         p, m = cfg.pp, cfg.micro_batches
-        if self.exact or p == 1 or m < 4 * p:
+        base = p if getattr(cfg, "virtual_stages", 1) > 1 else min(p, PP_BASE)
+        if self.exact or p == 1 or m < 4 * base:
             return m
-        return p + m % p
+        return base
 
     def programs(self, cfg: Config) -> dict[str, Program]:
         """patterns.training_step of the config, or in inference its prefill and decode
@@ -85,10 +100,15 @@ class Planner:
         if req.mode == "infer":
             progs = inference.programs(req, cfg, layout)
         else:
-            options = {name: self.pp_options(cfg, m_sim) for name in PIPELINE}
+            # the pipeline Programs come from pp_program, shared by content; training_step
+            # builds them at one micro-batch only to be replaced
+            options = {name: self.pp_options(cfg, 1) for name in PIPELINE}
             progs = patterns.training_step(
                 layout, req.model.for_pipeline(cfg.pp), self.workload(cfg), cfg.zero_stage, options
             )
+            for name in PIPELINE:
+                if name in progs:
+                    progs[name] = self.pp_program(name, cfg, m_sim)
         # one object per distinct Program (ZeRO stages share the others), so estimates cached
         # by Program identity are reused across stages and rank orders
         progs = {name: self._shared(name, cfg, m_sim, prog) for name, prog in progs.items()}
@@ -105,9 +125,13 @@ class Planner:
 
     def pp_program(self, name: str, cfg: Config, micro_batches: int) -> Program:
         """The pipeline Program `name` of `cfg` with another number of micro-batches (same
-        per-micro-batch compute and message size)."""
-        key = (name, cfg.tp, cfg.cp, cfg.pp, cfg.micro_batch, cfg.micro_batches, micro_batches,
-               cfg.virtual_stages)  # fmt: skip
+        per-micro-batch compute and message size), one object per content: configs of the
+        same depth, micro-batches and message size share it, its simulations and estimates
+        (at 16K GPUs 79 configs had 35 distinct pipelines)."""
+        same = replace(
+            cfg, tp=1, cp=1, ep=1, dp=1, micro_batch=1, zero_stage=0, order=DEFAULT_ORDER
+        )
+        key = ("pipeline", name, micro_batches, self._message_key(cfg), same)
         hit = self._programs.get(key)
         if hit is None:
             layout = ParallelLayout(
@@ -123,54 +147,24 @@ class Planner:
             hit = self._programs[key] = patterns.build(name, layout, model, opts)
         return hit
 
-    def pipeline(
-        self, name: str, cfg: Config, layout: ParallelLayout, sim: ProgramEstimate
-    ) -> ProgramEstimate:
-        """The 1F1B estimate at the config's m from the simulation at m1 = pp_simulated: the
-        makespan of a uniform 1F1B schedule grows periodically in m with period p (a max-plus
-        linear system), so T(m) = T(m1) + (m - m1)/p x (T(m1+p) - T(m1)); checked at runtime on
-        T(m1+2p), else the full schedule is simulated."""
-        p, m = cfg.pp, cfg.micro_batches
-        m1 = self.pp_simulated(cfg)
-        if m1 == m or sim.error:
-            return sim
-        where = self.where(layout)
-        more = [
-            self.evaluator.program(self.pp_program(name, cfg, m1 + k * p), layout, placement=where)
-            for k in (1, 2)
-        ]
-        bad = next((e for e in more if e.error), None)
-        if bad is not None:
-            return bad
-        T, C = [], []
-        for e in (sim, *more):
-            assert e.total_s is not None and e.comm_s is not None  # priced: no step failed
-            T.append(e.total_s)
-            C.append(e.comm_s)
-        tol = 1e-9 * max(T)
-        if abs((T[2] - T[1]) - (T[1] - T[0])) > tol or abs((C[2] - C[1]) - (C[1] - C[0])) > tol:
-            return self.evaluator.program(self.pp_program(name, cfg, m), layout, placement=where)
-        k = (m - m1) // p
-        st = sim.steps[0]
-        total, comm = T[0] + k * (T[1] - T[0]), C[0] + k * (C[1] - C[0])
-        ext = replace(
-            st,
-            label=st.label.replace(f"m={m1}", f"m={m}"),
-            per_op_s=total,
-            total_s=total,
-            comm_s=comm,
-            method=st.method + f" (simulated at m={m1},{m1 + p},{m1 + 2 * p}, extended by "
-            f"period p={p})",
-        )
-        return ProgramEstimate(sim.pattern, [ext])
+    def _message_key(self, cfg: Config) -> tuple:
+        """What a pipeline message's size depends on (pp.build): b s / cp tokens, / tp with
+        sequence parallel, when that divides exactly (tp4-cp16 and tp8-cp8 share it), else
+        the degrees themselves."""
+        tp = cfg.tp if self.req.sequence_parallel else 1
+        tokens = cfg.micro_batch * self.req.seq
+        if tokens % (cfg.cp * tp) == 0:
+            return ("tokens", tokens // (cfg.cp * tp))
+        return ("degrees", cfg.micro_batch, cfg.cp, tp)
 
     # placement
-    def info(self, layout: ParallelLayout, axis: str) -> GroupInfo:
-        """GroupInfo of an axis (cached: every order of every config asks for its groups)."""
+    def info(self, layout: ParallelLayout, axis: str) -> AxisPlacement:
+        """Placement of an axis's groups, from the strides (placement.axis_placement: no
+        group listed, nothing kept per GPU), cached per degrees, order and axis."""
         key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order, axis)
         hit = self._info.get(key)
         if hit is None:
-            hit = self._info[key] = resolve_axis(layout, axis)
+            hit = self._info[key] = axis_placement(layout, axis, self.req.gpus_per_node)
         return hit
 
     def where(self, layout: ParallelLayout) -> Callable[[str], tuple[int, str]]:
@@ -181,6 +175,33 @@ class Planner:
             return info.size, info.link_class
 
         return lookup
+
+    def stages(self, layout: ParallelLayout) -> Callable[[str], tuple[int, str, tuple[str, ...]]]:
+        """(group size, link class, link per stage pair) of a pipeline axis of `layout`, for
+        Evaluator.program."""
+
+        def lookup(axis: str) -> tuple[int, str, tuple[str, ...]]:
+            info = self.info(layout, axis)
+            return info.size, info.link_class, stage_links(layout, axis, self.req.gpus_per_node)
+
+        return lookup
+
+    def signature(self, prog: Program, layout: ParallelLayout) -> tuple:
+        """What a Program's estimate depends on besides the Program: each axis's group size
+        and link class, and a pipeline's link per stage pair (two placements with the same
+        overall class may cross nodes between different stages)."""
+        out = []
+        for a in dict.fromkeys(prog.axes()):
+            info = self.info(layout, a)
+            links = stage_links(layout, a, self.req.gpus_per_node) if a == "pp" else ()
+            out.append((a, info.size, info.link_class, links))
+        return tuple(out)
+
+    def price(self, prog: Program, layout: ParallelLayout) -> ProgramEstimate:
+        """Evaluator.program of `prog` on `layout`, placed from the strides."""
+        return self.evaluator.program(
+            prog, layout, placement=self.where(layout), pipeline_links=self.stages(layout)
+        )
 
     def placement(self, layout: ParallelLayout, axes: list[str]) -> dict[str, dict[str, Any]]:
         out = {}
@@ -199,16 +220,15 @@ class Planner:
         """Price one (valid) config; the estimates say which step could not be priced, if any."""
         req = self.req
         mem = mem if mem is not None else memory(req, cfg)
-        layout = cfg.layout(req.gpus, self.nodes)
+        layout = cfg.layout(req.gpus, ())  # placed from the strides: no node list
         estimates = {}
         for name, prog in self.programs(cfg).items():
-            where = tuple((a, self.info(layout, a).link_class) for a in dict.fromkeys(prog.axes()))
-            key = (id(prog), where)
+            key = (id(prog), self.signature(prog, layout))
             est = self._estimates.get(key)
             if est is None:
-                est = self.evaluator.program(prog, layout, placement=self.where(layout))
+                est = self.price(prog, layout)
                 if patterns.get(name).role is Role.PIPELINE:
-                    est = self.pipeline(name, cfg, layout, est)
+                    est = extend(self, name, cfg, layout, est)
                 self._estimates[key] = est
             estimates[name] = est
         axes = [a for a in ("tp", "cp", "ep", "dp", "pp") if getattr(cfg, a) > 1]
@@ -249,7 +269,7 @@ class Planner:
         seen, out = set(), []
         for order in rank_orders(degrees):
             c = replace(cfg, order=order)
-            layout = c.layout(self.req.gpus, self.nodes)
+            layout = c.layout(self.req.gpus, ())
             sig = tuple(
                 (a, self.info(layout, a).link_class, self.info(layout, a).hosts_spanned)
                 for a in DENSE
@@ -299,6 +319,7 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
             f"{req.model.name} does not fit on {req.gpus} x {req.gpu_memory_gb:g} GB: the "
             f"smallest per-GPU need is {gb(need):.1f} GB ({c.config.full_label}); try more "
             "GPUs, ZeRO (--zero-stage 1,2,3), --sequence-parallel or --recompute full"
+            + (" or --kv-cache-dtype fp8" if req.mode == "infer" else "")
         )
     ranked: list[Evaluation] = []
     first_error = None
@@ -339,41 +360,23 @@ def plan(req: PlanRequest, cal: Calibration) -> PlanResult:
         rejected=rejected,
         assumptions=assumptions(req, cal),
         counts=counts,
-        findings=inference.findings(req, ranked, at_batch) if req.mode == "infer" else [],
+        findings=(inference.findings(req, ranked, at_batch) if req.mode == "infer" else [])
+        + cp_for_memory(req, ranked[0], rejected, _pricer(cal)),
     )
 
 
-def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
-    """The best config matching CONFIG, priced even if it does not fit (say so), with every
-    Program step's estimate; UsageError if no valid config matches."""
-    want = parse_config(text)
-    if "virtual_stages" in want:  # a named interleaving depth is searched for this config
-        req = replace(req, virtual_stages=(want["virtual_stages"],))
-    planner = Planner(req, cal, exact=True)
+def _pricer(cal: Calibration) -> Callable[[PlanRequest, Candidate, dict], Evaluation | None]:
+    """levers.cp_for_memory's price(): one Planner for the changed request, full recompute's
+    extra forward charged to its compute."""
+    planners: dict[tuple[str, str], Planner] = {}  # (KV-cache dtype, recompute) -> planner
 
-    def matches(cfg: Config) -> bool:
-        d = cfg.as_dict()
-        vp = d["virtual_stages"] == want.get("virtual_stages", 1)  # unnamed: plain 1F1B
-        return vp and all(d[k] == v for k, v in want.items() if k != "order")
+    def price(req: PlanRequest, c: Candidate, mem: dict) -> Evaluation | None:
+        planner = planners.get((req.kv_cache_dtype, req.recompute))
+        if planner is None:
+            planner = planners[req.kv_cache_dtype, req.recompute] = Planner(req, cal)
+            if req.recompute == "full" and planner.compute_s is not None:
+                planner.compute_s *= FULL_RECOMPUTE_COMPUTE
+        ev = planner.evaluate(c.config, mem)
+        return None if planner.errors(ev) else ev
 
-    hits = [c for c in candidates(req) if matches(c.config)]
-    if not hits:
-        raise UsageError(
-            f"--explain {text}: no split of {req.gpus} GPUs has "
-            + ", ".join(f"{k}={v}" for k, v in want.items() if k != "order")
-        )
-    valid = [c for c in hits if c.stage == "valid"]
-    if not valid:
-        c = hits[0]
-        raise UsageError(f"--explain {text}: {c.config.label} cannot run: {'; '.join(c.reasons)}")
-    evals = []
-    for c in valid:
-        cfgs = (
-            [replace(c.config, order=want["order"])]
-            if "order" in want
-            else planner.distinct_orders(c.config)
-        )
-        for oc in cfgs:
-            evals.append(planner.evaluate(oc))
-    priced = [e for e in evals if not planner.errors(e)] or evals
-    return min(priced, key=lambda e: (not e.fits, e.step_s))
+    return price

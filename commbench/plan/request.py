@@ -26,6 +26,9 @@ ORDERS = ("megatron", "all")
 ZERO_STAGES = (0, 1, 2, 3)
 AUTO_MICRO_BATCHES = (1, 2, 4, 8)
 MAX_GPUS = 65536  # the largest job one plan ranks configurations for
+# bytes per element of the inference KV cache: bf16, or quantized to FP8 (E4M3, vLLM's and
+# TensorRT-LLM's fp8 KV cache) or INT8, one byte each (per-block scales not counted)
+KV_CACHE_DTYPES = {"bf16": 2, "fp8": 1, "int8": 1}
 
 
 # ---- the request ------------------------------------------------------------------------------
@@ -49,6 +52,7 @@ class PlanRequest:
     mfu: float = DEFAULT_MFU
     hbm_gbps: float = DEFAULT_HBM_GBPS  # memory bandwidth per GPU, GB/s (inference decode)
     recompute: str = "selective"
+    kv_cache_dtype: str = "bf16"  # --mode infer: KV_CACHE_DTYPES
     grad_dtype: str = "float32"
     overlap_dp: bool = False
     orders: str = "megatron"
@@ -92,6 +96,14 @@ class PlanRequest:
             raise UsageError("--virtual-stages must be positive")
         if any(z not in ZERO_STAGES for z in self.zero_stages) or not self.zero_stages:
             raise UsageError("--zero-stage: choose from 0, 1, 2, 3")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise UsageError(
+                f"--kv-cache-dtype {self.kv_cache_dtype!r}: choose from {', '.join(KV_CACHE_DTYPES)}"
+            )
+        if self.kv_cache_dtype != "bf16" and self.mode != "infer":
+            raise UsageError(
+                "--kv-cache-dtype applies to --mode infer (training keeps no KV cache)"
+            )
         if self.mode == "infer":
             if any(self.zero_stages):
                 raise UsageError("--zero-stage applies to training; --mode infer has no optimizer")
@@ -146,6 +158,7 @@ class PlanRequest:
             "mfu": self.mfu,
             "hbm_gbps": self.hbm_gbps,
             "recompute": self.recompute,
+            "kv_cache_dtype": self.kv_cache_dtype,
             "grad_dtype": self.grad_dtype,
             "overlap_dp": self.overlap_dp,
             "orders": self.orders,
@@ -195,6 +208,7 @@ def request_from_flags(
     peak_tflops: float | None,
     mfu: float | None,
     recompute: str,
+    kv_cache_dtype: str = "bf16",
     hbm_gbps: float | None = None,
     grad_dtype: str,
     overlap_dp: bool,
@@ -237,6 +251,7 @@ def request_from_flags(
         hbm_gbps=hbm_gbps or float(device.get("hbm_gbps", DEFAULT_HBM_GBPS)),
         recompute=recompute,
         virtual_stages=int_list(virtual_stages, "--virtual-stages"),
+        kv_cache_dtype=kv_cache_dtype,
         grad_dtype=canonical_dtype(grad_dtype),
         overlap_dp=overlap_dp,
         orders=orders,

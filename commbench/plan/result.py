@@ -39,6 +39,7 @@ class Evaluation:
     notes: list[str] = field(default_factory=list)
     rank: int = 0
     inference: InferenceTimes | None = None  # --mode infer: prefill, TPOT, throughput
+    chosen: list[str] = field(default_factory=list)  # --explain: what it set or picked
 
     @property
     def times(self) -> dict[str, float | None]:
@@ -127,7 +128,10 @@ class PlanResult:
 def explain_file(req: PlanRequest, cal: Calibration, ev: Evaluation) -> ExplainFile:
     """What `--explain --json` writes: the request, the calibration and one config's steps."""
     return ExplainFile(
-        inputs=req.as_dict(), calibration=calibration_summary(cal), config=ev.planned(steps=True)
+        inputs=req.as_dict(),
+        calibration=calibration_summary(cal),
+        config=ev.planned(steps=True),
+        chosen=tuple(ev.chosen),
     )
 
 
@@ -182,7 +186,8 @@ def assumptions(req: PlanRequest, cal: Calibration) -> list[str]:
             "inference: prefill of each replica's prompts (m micro-batches of b) and decode of "
             "the global batch with p micro-batches in flight; ranked by time per output token "
             "(TPOT); decode compute = max(FLOPs, (weights + KV cache) read at "
-            f"{req.hbm_gbps:g} GB/s); memory = weights + KV cache + one layer's activations"
+            f"{req.hbm_gbps:g} GB/s); memory = weights + KV cache ({req.kv_cache_dtype}) + one "
+            "layer's activations"
         )
     out.append(f"communication-bound: communication > {COMM_BOUND:.0%} of the step")
     if req.orders == "megatron":

@@ -205,3 +205,31 @@ def parse_config(text: str) -> dict[str, Any]:
     if not out:
         raise UsageError(f"--explain {text!r}: name at least one degree, e.g. tp8-pp4")
     return out
+
+
+NAMED_AXES = ("tp", "cp", "ep", "pp")  # an --explain config's axes: 1 unless named
+
+
+def explain_degrees(req: PlanRequest, want: dict[str, Any], text: str) -> dict[str, int]:
+    """The degrees an --explain config names, the axes it does not name 1 and dp the rest of
+    the GPUs; UsageError naming the value when they do not divide the GPUs (before any
+    search)."""
+    deg = {a: want.get(a, 1) for a in NAMED_AXES}
+    for a, v in {**deg, **({"dp": want["dp"]} if "dp" in want else {})}.items():
+        if v < 1:
+            raise UsageError(f"--explain {text}: {a}={v} must be a positive integer")
+    model = deg["tp"] * deg["cp"] * deg["pp"]
+    shown = "*".join(f"{a}{deg[a]}" for a in ("tp", "cp", "pp") if a in want) or "1"
+    if req.gpus % model:
+        raise UsageError(f"--explain {text}: {shown} = {model} does not divide the {req.gpus} GPUs")
+    dp = req.gpus // model
+    if "dp" in want and want["dp"] != dp:
+        raise UsageError(
+            f"--explain {text}: dp={want['dp']} leaves {want['dp'] * model} of the {req.gpus} "
+            f"GPUs used ({shown} = {model}: dp must be {dp}, or leave it out)"
+        )
+    if (deg["cp"] * dp) % deg["ep"]:
+        raise UsageError(
+            f"--explain {text}: ep={deg['ep']} does not divide cp x dp = {deg['cp'] * dp}"
+        )
+    return {**deg, "dp": dp}

@@ -312,6 +312,7 @@ class ExplainFile:
     inputs: dict[str, Any]
     calibration: dict[str, Any]
     config: PlannedConfig
+    chosen: tuple[str, ...] = ()  # what --explain set or picked that CONFIG did not name
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -319,4 +320,5 @@ class ExplainFile:
             "inputs": self.inputs,
             "calibration": self.calibration,
             "config": self.config.to_json(),
+            "chosen": list(self.chosen),
         }

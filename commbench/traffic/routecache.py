@@ -22,7 +22,7 @@ import numpy as np
 
 from commbench import user_cache, write_cache_entry
 
-FORMAT = 1  # bump when an entry's layout changes
+FORMAT = 2  # bump when an entry's layout or the draw changes (2: uniform_subsets)
 
 
 def load(key: dict[str, Any], compute: Callable[[], np.ndarray]) -> np.ndarray:
