@@ -20,10 +20,6 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, Mesh, ParallelLayout
-from commbench.traffic.patterns import pp
-
-# whether pp.stage_links also lists the last-to-first pair (interleaved 1F1B's ring, p > 2)
-RING = len(pp.stage_links(((0, 1, 2),), ())) == 3
 
 
 @dataclass(frozen=True)
@@ -95,24 +91,22 @@ def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> Axi
 
 
 @lru_cache(maxsize=4096)
-def _stage_links(dims: tuple[int, ...], k: int, g: int, ring: bool) -> tuple[str, ...]:
+def _stage_links(dims: tuple[int, ...], k: int, g: int) -> tuple[str, ...]:
     """Link class of each stage pair along mesh axis k (see stage_links)."""
     strides = [prod(dims[:j]) for j in range(len(dims))]
     p = dims[k]
     others = [j for j in range(len(dims)) if j != k]
     res = _residues(dims, strides, others, g)
     node = (res[:, None] + np.arange(p, dtype=np.int64)[None, :] * strides[k]) // g
-    pairs = [(i, i + 1) for i in range(p - 1)] + ([(p - 1, 0)] if ring and p > 2 else [])
+    pairs = [(i, i + 1) for i in range(p - 1)] + ([(p - 1, 0)] if p > 2 else [])
     return tuple("inter" if bool(np.any(node[:, a] != node[:, b])) else "intra" for a, b in pairs)
 
 
-def stage_links(
-    layout: ParallelLayout, axis: str, gpus_per_node: int, ring: bool = RING
-) -> tuple[str, ...]:
+def stage_links(layout: ParallelLayout, axis: str, gpus_per_node: int) -> tuple[str, ...]:
     """pp.stage_links of a pipeline axis without its groups: the link class between stage i
-    and i+1 for each i (and with `ring`, p > 2, between the last and the first), `inter`
+    and i+1 for each i (and, p > 2, between the last and the first: interleaved 1F1B's ring), `inter`
     where any pipeline's two ranks sit on different nodes."""
     mesh = mesh_of(layout, axis)
     own, _ = _split(mesh, axis)
     assert len(own) == 1, axis  # a pipeline runs along one axis
-    return _stage_links(mesh.dims, own[0], gpus_per_node, ring)
+    return _stage_links(mesh.dims, own[0], gpus_per_node)

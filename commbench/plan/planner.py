@@ -80,7 +80,7 @@ class Planner:
         exact, else min(p, PP_BASE) (extended to m by periodic.extend); p for an interleaved
         schedule (virtual stages), whose micro-batches Megatron takes in multiples of p."""
         p, m = cfg.pp, cfg.micro_batches
-        base = p if getattr(cfg, "virtual_stages", 1) > 1 else min(p, PP_BASE)
+        base = p if cfg.virtual_stages > 1 else min(p, PP_BASE)
         if self.exact or p == 1 or m < 4 * base:
             return m
         return base
@@ -101,8 +101,10 @@ class Planner:
             progs = inference.programs(req, cfg, layout)
         else:
             # the pipeline Programs come from pp_program, shared by content; training_step
-            # builds them at one micro-batch only to be replaced
-            options = {name: self.pp_options(cfg, 1) for name in PIPELINE}
+            # builds them at the fewest micro-batches the schedule takes (one; p when
+            # interleaved) only to be replaced
+            fewest = cfg.pp if cfg.virtual_stages > 1 else 1
+            options = {name: self.pp_options(cfg, fewest) for name in PIPELINE}
             progs = patterns.training_step(
                 layout, req.model.for_pipeline(cfg.pp), self.workload(cfg), cfg.zero_stage, options
             )
