@@ -18,6 +18,7 @@ import time
 
 from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
+from commbench.limits import shorten_message
 from commbench.measure import diag
 from commbench.measure.launch import detect, exit_status_file
 
@@ -84,6 +85,7 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors from rank 0 only (every rank still exits 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        message = shorten_message(message)
         if _is_root():
             self.print_usage(sys.stderr)
             sys.stderr.write(f"commbench: error: {message}\n")
@@ -161,9 +163,10 @@ def _main(argv: list[str]) -> int:
     try:
         return modules[args.command].main(args) or 0
     except UsageError as e:
+        message = shorten_message(str(e))
         if _is_root():
-            print(f"commbench: error: {e}", file=sys.stderr, flush=True)
-        _usage_exit_delay(str(e))
+            print(f"commbench: error: {message}", file=sys.stderr, flush=True)
+        _usage_exit_delay(message)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

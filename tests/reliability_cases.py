@@ -237,7 +237,7 @@ SUITE: list[BadInput] = [
     BadInput(
         "suite-not-text",
         ("suite", Y),
-        r"s.yaml: not a YAML text file \(byte 0 is not UTF-8\)",
+        r"s.yaml: byte 0 \(line 1, 0xff\) is not UTF-8",
         setup=_file("s.yaml", b"\xff\xfe\x00runs"),
     ),
     BadInput(
@@ -750,7 +750,7 @@ EXPORT: list[BadInput] = [
     BadInput(
         "export-base-missing",
         ("export", "calculon", CAL, "--base", "{tmp}/a100.json"),
-        r"--base .*/a100.json: not a readable Calculon system JSON",
+        r"cannot read --base .*/a100.json: No such file",
         setup=_calibration,
     ),
 ]

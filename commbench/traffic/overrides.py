@@ -36,16 +36,13 @@ def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not items:
         return out
-    import yaml
+    from commbench.textfile import loads_yaml
 
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip()] = value
+        out[key.strip()] = loads_yaml(value, f"{flag} {key.strip()}", strict=False)
     return out
 
 

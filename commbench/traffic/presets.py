@@ -133,14 +133,14 @@ def parse_model_arg(text: str) -> ModelShape:
     name, colon, rest = text.partition(":")
     if not colon and not name.endswith(".json"):
         return get_model(name, "--model")
-    import yaml  # for the values only
+    from commbench.textfile import loads_yaml  # for the values only
 
     data: dict[str, Any] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
             raise UsageError(f"--model {text!r}: expected KEY=VALUE after ':', got {item!r}")
-        data[key.strip()] = yaml.safe_load(value)
+        data[key.strip()] = loads_yaml(value, f"--model {name}.{key.strip()}", strict=False)
     if name.endswith(".json"):
         data["hf_config"] = name
     elif name in PRESETS:

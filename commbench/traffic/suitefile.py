@@ -155,30 +155,18 @@ def find_suite(ref: str, base: Path | None = None) -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(
-            f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
-        ) from None
+    from commbench.textfile import read_text
+
+    text = read_text(path, "suite", comment="#")
     if path.parent != SUITES_DIR:  # the cache keeps the built-in suites only (suitecache)
         return _parse_yaml(text, path)
     return suitecache.load(path, text, lambda t: _parse_yaml(t, path))
 
 
 def _parse_yaml(text: str, path: Path) -> Any:
-    import yaml
+    from commbench.textfile import loads_yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~50 ms less per rank
-    try:
-        return yaml.load(text, Loader=loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]  # one line
-        raise UsageError(f"{display(path)}: not valid YAML{line} ({problem})") from None
+    return loads_yaml(text, display(path))
 
 
 def _mapping(value: Any, where: str, keys: tuple[str, ...]) -> dict:

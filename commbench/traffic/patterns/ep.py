@@ -21,6 +21,7 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.traffic import routecache
+from commbench.traffic.bounds import check_routing
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check, check_choice
@@ -95,6 +96,7 @@ def route(options: Options, tokens: int, experts: int, top_k: int, sources: int)
         "group_limit": options.group_limit,
         "shape": [tokens, experts, top_k, sources],
     }
+    check_routing(tokens, experts, "ep")
     return routecache.load(key, lambda: _route(options, tokens, experts, top_k, sources))
 
 
