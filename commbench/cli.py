@@ -152,6 +152,14 @@ def _leave_exit_status(path: str, status: list[int]) -> None:
         f.write(f"{status[0]}\n")
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:
+    """The parser of `command` (its flags' spellings name an input in messages)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(command)
+    return None
+
+
 def _main(argv: list[str]) -> int:
     parser, modules = build_parser(command_of(argv))
     args = parser.parse_args(argv)
@@ -161,6 +169,10 @@ def _main(argv: list[str]) -> int:
             parser.print_help()
         return EXIT_USAGE
     try:
+        if getattr(args, "output", None) is not None:  # every command's -o: one rule
+            from commbench.results.outputs import check_output
+
+            check_output(args, _subparser(parser, args.command))
         return modules[args.command].main(args) or 0
     except UsageError as e:
         message = shorten_message(str(e))

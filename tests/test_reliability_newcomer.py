@@ -275,3 +275,21 @@ def test_json_numbers_of_thousands_of_digits(tmp_path):
     path.write_text(json.dumps({"schema_version": 1}).replace("1}", HUGE + "}"))
     job, _ = cb("export", "astra-sim", str(path))
     refused(job, r"cal.json: .*5000 digits")
+
+
+def test_every_output_flag_goes_through_the_one_rule():
+    """Every command's -o is dest `output`, the one the front door checks (check_output)."""
+    from commbench import cli
+    from commbench.results.outputs import OUTPUT_DEST
+
+    parser, _ = cli.build_parser()
+    sub = cli._subparser(parser, "fit")
+    assert sub is not None
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    seen = 0
+    for name, p in commands.items():
+        for action in p._actions:
+            if "-o" in action.option_strings:
+                assert action.dest == OUTPUT_DEST, (name, action.dest)
+                seen += 1
+    assert seen >= 5  # fit, plan, validate, report, export
