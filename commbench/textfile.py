@@ -42,7 +42,8 @@ def read_text(path: str | Path, what: str, comment: str | None = None) -> str:
 
 def _bad_offsets(data: bytes) -> list[int]:
     """Offsets of every byte of `data` that does not decode as UTF-8."""
-    out, at = [], 0
+    out: list[int] = []
+    at = 0
     while at < len(data):
         try:
             data[at:].decode("utf-8")
