@@ -205,6 +205,14 @@ def test_set_micro_batches_is_bounded(value):
     assert elapsed < 10
 
 
+def test_the_planner_still_prices_many_micro_batches():
+    """The option bounds hold where a suite builds micro-batches (suite files, --set), not
+    where the planner prices them: --global-batch 100000 on 512 GPUs has configs of 6250."""
+    from commbench.traffic import patterns
+
+    assert patterns.make_options("pp", {"micro_batches": 6250}, "options.pp").micro_batches == 6250
+
+
 def test_set_ops_with_ten_thousand_entries_is_bounded():
     ops = "[" + ",".join(["allreduce"] * 10000) + "]"
     job, elapsed = cb("suite", "collectives", "--dry-run", "--world", "4", "--set", f"ops={ops}")

@@ -39,8 +39,9 @@ SHAPE_BOUNDS = {
     "moe_ffn_hidden": 1 << 22,
     "moe_every": 4096,
 }
-# Pattern options (suite files and --set) that drive loops or memory, and why each bound is
-# where it is; any other integer option is bounded by limits.MAX_COUNT.
+# Pattern options of suite files and --set that drive loops or memory (a suite builds each
+# micro-batch's pipeline slots), and why each bound is where it is; any other integer option
+# is bounded by limits.MAX_COUNT. The planner prices micro-batches without building them.
 OPTION_BOUNDS: dict[str, tuple[float, str]] = {
     "micro_batches": (4096, "micro-batches of one step: each is a pipeline slot built in turn"),
     "micro_batch": (1 << 16, "sequences of one micro-batch"),
@@ -67,6 +68,16 @@ def check_option(key: str, value: object, where: str) -> None:
     if value > bound:
         shown = value if isinstance(value, int) else f"{value:g}"
         raise UsageError(f"{where}: {shown} is over the bound of {bound:g} ({why})")
+
+
+def check_options(options: object, where: str) -> None:
+    """Every field of a pattern's Options from a suite file or --set (not the planner's, which
+    prices micro-batches without building them) within check_option's bounds."""
+    import dataclasses
+
+    assert dataclasses.is_dataclass(options), options
+    for f in dataclasses.fields(options):
+        check_option(f.name, getattr(options, f.name), f"{where}.{f.name}")
 
 
 def check_routing(tokens: int, experts: int, where: str) -> None:

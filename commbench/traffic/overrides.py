@@ -9,6 +9,7 @@ from typing import Any
 
 from commbench.errors import UsageError
 from commbench.traffic import patterns
+from commbench.traffic.bounds import check_options
 from commbench.traffic.layout import Axis
 from commbench.traffic.model import ModelShape
 from commbench.traffic.suitefile import (
@@ -72,7 +73,7 @@ def apply_overrides(suite: Suite, ov: Overrides) -> Suite:
                 used.add(k)
                 options[k] = v
                 sweep.pop(k, None)
-        patterns.make_options(run.pattern, options, "--set")
+        check_options(patterns.make_options(run.pattern, options, "--set"), "--set")
         models = run.models
         if ov.models and spec.needs_model:
             models = tuple(m for m in ov.models if m.is_moe or not spec.needs_moe)

@@ -242,7 +242,8 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
             raise UsageError(f"{where}.degrees: pattern {spec.name} takes no degrees")
         degrees[axis] = parse_degree(value, f"{where}.degrees.{axis}")
     options = raw.get("options") or {}
-    patterns.make_options(spec.name, options, f"{where}.options")
+    opts = patterns.make_options(spec.name, options, f"{where}.options")
+    bounds.check_options(opts, f"{where}.options")
     sweep = {}
     for key, values in _mapping(
         raw.get("sweep") or {}, f"{where}.sweep", option_names(spec)
@@ -250,7 +251,8 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         if not isinstance(values, list) or not values:
             raise UsageError(f"{where}.sweep.{key}: expected a non-empty list of values")
         for v in values:
-            patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
+            swept = patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
+            bounds.check_options(swept, f"{where}.sweep")
         sweep[key] = tuple(values)
     bounds.check_sweep(sweep, where)
     order = parse_order(raw.get("order", DEFAULT_ORDER), f"{where}.order:")

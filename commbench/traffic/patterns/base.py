@@ -21,7 +21,6 @@ from typing import Any
 from commbench.dtypes import canonical_dtype, dtype_size
 from commbench.errors import UsageError
 from commbench.sizes import parse_size
-from commbench.traffic.bounds import check_option
 from commbench.traffic.layout import Axis, GroupInfo, ParallelLayout, sweep_mesh
 from commbench.traffic.model import ModelShape
 
@@ -290,7 +289,6 @@ def options_from_dict(cls: type, data: dict | None, where: str) -> Any:
             raise UsageError(
                 f"{field_path(where, key)}: expected {_type_name(hints[key])}, got {value!r}"
             )
-        check_option(key, conv, field_path(where, key))
         values[key] = conv
     try:
         return cls(**values)
