@@ -22,6 +22,7 @@ MAX_BYTES = 1 << 40  # one message or buffer: 1 TiB (the largest GPU has 192 GiB
 
 _INT = re.compile(r"^\s*[+-]?\d+\s*$")
 ECHO_CHARS = 120  # a value echoed in a message is cut to this many characters
+MESSAGE_WORD_CHARS = 240  # a word of a message (a path, an echoed value) is cut past this
 
 
 def digits_error(text: str, what: str) -> UsageError:
@@ -65,9 +66,9 @@ def shown(text: str, keep: int = ECHO_CHARS) -> str:
     return f"{head}...({len(text) - len(head) - len(tail)} characters)...{tail}"
 
 
-def shorten_message(message: str, keep: int = ECHO_CHARS) -> str:
-    """A one-line error with every overlong word (an echoed value: no spaces) cut by
-    `shown`: the one place every error message passes before it is printed."""
+def shorten_message(message: str, keep: int = MESSAGE_WORD_CHARS) -> str:
+    """A one-line error with every word longer than any path (an echoed value with no
+    spaces) cut by `shown`: the one place every error message passes before it is printed."""
     return re.sub(rf"\S{{{keep + 1},}}", lambda m: shown(m.group(0), keep), message)
 
 

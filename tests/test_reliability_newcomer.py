@@ -232,6 +232,16 @@ def test_a_long_set_value_is_not_echoed_in_full():
     assert "characters" in line and len(job.output) < 2000
 
 
+def test_echo_cut_keeps_paths_whole():
+    """The cut is for echoed values, not for the deep paths messages name."""
+    from commbench.limits import shorten_message
+
+    path = "/tmp/" + "d" * 200 + "/cal.json:3: not valid JSON"
+    assert shorten_message(path) == path
+    cut = shorten_message("router " + "x" * 100_000 + ": choose from uniform")
+    assert len(cut) < 300 and cut.endswith(": choose from uniform") and "characters" in cut
+
+
 # ---- off-cache: the scratch a rank touches is sized by the cache that matters ----
 
 
