@@ -20,6 +20,7 @@ from typing import Any
 
 from commbench import __version__
 from commbench.errors import EXIT_FAILURE, EXIT_USAGE, USAGE_LINGER_S, UsageError
+from commbench.limits import shorten_message
 from commbench.measure import diag
 from commbench.measure.launch import detect, exit_status_file
 
@@ -145,6 +146,7 @@ class Parser(argparse.ArgumentParser):
         return ns, rest
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        message = shorten_message(message)
         if _is_root():
             self.print_usage(sys.stderr)
             sys.stderr.write(f"commbench: error: {message}\n")
@@ -211,6 +213,14 @@ def _leave_exit_status(path: str, status: list[int]) -> None:
         f.write(f"{status[0]}\n")
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:
+    """The parser of `command` (its flags' spellings name an input in messages)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(command)
+    return None
+
+
 def _main(argv: list[str]) -> int:
     parser, modules = build_parser(command_of(argv))
     args = parser.parse_args(argv)
@@ -220,11 +230,16 @@ def _main(argv: list[str]) -> int:
             parser.print_help()
         return EXIT_USAGE
     try:
+        if getattr(args, "output", None) is not None:  # every command's -o: one rule
+            from commbench.results.outputs import check_output
+
+            check_output(args, _subparser(parser, args.command))
         return modules[args.command].main(args) or 0
     except UsageError as e:
+        message = shorten_message(str(e))
         if _is_root():
-            print(f"commbench: error: {e}", file=sys.stderr, flush=True)
-        _usage_exit_delay(str(e))
+            print(f"commbench: error: {message}", file=sys.stderr, flush=True)
+        _usage_exit_delay(message)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -6,6 +6,7 @@ import math
 import re
 
 from commbench.errors import UsageError
+from commbench.limits import MAX_BYTES, MAX_DIGITS, digits_error, shown
 
 # One sweep measures at most this many sizes: nccl-tests' -b 8 -e 16G -f 2 is 32; a factor of
 # 1.0001 or a step of 8 B would be millions of points, hours before anything useful prints.
@@ -20,6 +21,8 @@ def parse_size(text: str | int, what: str = "size") -> int:
         value = text
     else:
         m = _SIZE_RE.match(str(text))
+        if m and len(m.group(1)) > MAX_DIGITS:
+            raise digits_error(m.group(1), f"{what} {shown(str(text))!r}")
         if not m:
             raise UsageError(
                 f"{what} {text!r} does not parse: use a positive integer with an optional "
@@ -31,6 +34,11 @@ def parse_size(text: str | int, what: str = "size") -> int:
         value = int(scaled)
     if value <= 0:
         raise UsageError(f"{what} {text!r} must be positive")
+    if value > MAX_BYTES:
+        raise UsageError(
+            f"{what} {text!r} is over the bound of {format_size(MAX_BYTES)} (one message or "
+            "buffer of one rank)"
+        )
     return value
 
 

@@ -151,6 +151,16 @@ RUN: list[BadInput] = [
     BadInput("iters-word", ("run", "allreduce", "--iters", "many"), r"'many' is not an integer"),
     BadInput("iters-fraction", ("run", "allreduce", "-n", "2.5"), r"'2.5' is not an integer"),
     BadInput("warmup-negative", ("run", "allreduce", "-w", "-1"), r"'-1' must be 0 or more"),
+    BadInput(
+        "iters-over-bound",
+        ("run", "allreduce", "-n", "1000000000"),
+        r"'1000000000' is over the bound of 100000 \(iterations of one point",
+    ),
+    BadInput(
+        "size-5000-digits",
+        ("run", "allreduce", "-b", "9" * 5000),
+        r"-b/--minbytes .*: a number of 5000 digits, over the bound of 20 digits",
+    ),
     BadInput("budget-zero", ("run", "allreduce", "--budget", "0"), r"'0' must be a positive"),
     BadInput("timing-unknown", ("run", "allreduce", "--timing", "fancy"), r"invalid choice"),
     BadInput("timeout-zero", ("run", "allreduce", "--timeout", "0"), r"'0' must be a positive"),
@@ -237,7 +247,7 @@ SUITE: list[BadInput] = [
     BadInput(
         "suite-not-text",
         ("suite", Y),
-        r"s.yaml: not a YAML text file \(byte 0 is not UTF-8\)",
+        r"s.yaml: byte 0 \(line 1, 0xff\) is not UTF-8",
         setup=_file("s.yaml", b"\xff\xfe\x00runs"),
     ),
     BadInput(
@@ -750,7 +760,7 @@ EXPORT: list[BadInput] = [
     BadInput(
         "export-base-missing",
         ("export", "calculon", CAL, "--base", "{tmp}/a100.json"),
-        r"--base .*/a100.json: not a readable Calculon system JSON",
+        r"cannot read --base .*/a100.json: No such file",
         setup=_calibration,
     ),
 ]
@@ -898,6 +908,11 @@ BOUNDS: list[BadInput] = [
         "bound-model-seq-len",
         ("plan", "--model", "llama-7b:seq_len=100000000000", "--gpus", "8"),
         r"model llama-7b: seq_len 100000000000 is over the bound of 16777216",
+    ),
+    BadInput(
+        "bound-suite-set-micro-batches",
+        ("suite", "pp", *DRY4, "--set", "micro_batches=1000000"),
+        r"--set.micro_batches: 1000000 is over the bound of 4096",
     ),
 ]
 

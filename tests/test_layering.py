@@ -34,6 +34,8 @@ TOP_LEVEL = {
     "sizes.py",
     "dtypes.py",
     "tables.py",
+    "limits.py",  # the one parser and bounds of user numbers
+    "textfile.py",  # the one reader of user text files
 }
 
 

@@ -127,7 +127,7 @@ def test_hf_config_errors_are_one_line(tmp_path):
         parse_model_arg(str(tmp_path / "nothing.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(UsageError, match="is not JSON"):
+    with pytest.raises(UsageError, match="bad.json:1: not valid JSON"):
         parse_model_arg(str(bad))
     bad.write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
     with pytest.raises(UsageError, match="no num_hidden_layers"):

@@ -130,19 +130,10 @@ def validate(doc: Any, source: str = "calibration") -> None:
 
 def load(path: str | Path, kind: str | None = None) -> Calibration:
     """Read and validate a calibration file; `kind` refuses the other kind (measured/reference)."""
+    from commbench.textfile import loads_json, read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read calibration {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{path}: not a JSON text file (byte {e.start} is not UTF-8)") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-    except RecursionError:
-        raise UsageError(f"{path}: not valid JSON (nested too deeply)") from None
+    doc = loads_json(read_text(path, "calibration"), str(path))
     validate(doc, str(path))
     cal = Calibration(doc, str(path))
     if kind is not None and cal.kind != kind:

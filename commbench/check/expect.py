@@ -15,7 +15,6 @@ S x bus factor / predicted time (calibration/predict, extrapolating where it mus
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,24 +122,12 @@ def parse_thresholds(doc: Any, source: str, min_pct: float | None = None) -> lis
 
 def load_thresholds(path: Path, min_pct: float | None = None) -> list[Threshold]:
     """Read a thresholds file (YAML; JSON is YAML too)."""
-    import yaml
+    from commbench.textfile import loads_json, loads_yaml, read_text
 
-    from commbench.traffic.keys import unique_pairs, yaml_loader
-
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"--thresholds {path}: {e.strerror or e}") from None
-    try:
-        doc = (
-            json.loads(text, object_pairs_hook=unique_pairs)
-            if path.suffix == ".json"
-            else yaml.load(text, Loader=yaml_loader())
-        )
-    except (ValueError, yaml.YAMLError) as e:  # JSONDecodeError, a key given twice
-        raise UsageError(
-            f"--thresholds {path}: not valid {path.suffix[1:] or 'YAML'} ({e})"
-        ) from None
+    is_json = path.suffix == ".json"
+    text = read_text(path, "--thresholds", comment=None if is_json else "#")
+    where = f"--thresholds {path}"
+    doc = loads_json(text, where) if is_json else loads_yaml(text, where)
     return parse_thresholds(doc, str(path), min_pct)
 
 

@@ -22,19 +22,40 @@ GROUP_OPS = ("allreduce", "allgather")  # within each node, and across nodes rai
 CHECK_OPS = (PAIR_OP, *GROUP_OPS)
 
 
+# A schedule has at most this many pairs: all pairs of 1449 ranks. Past it a check runs for
+# hours and a dry run prints gigabytes (all pairs of 100000 ranks: 5e9): sample instead.
+MAX_PAIRS = 1 << 20
+
+
+def rounds_of(n: int) -> int:
+    """Rounds of the tournament of n players: n-1 (n even) or n (n odd)."""
+    return n - 1 if n % 2 == 0 else n
+
+
+def round_of(n: int, k: int) -> list[Pair]:
+    """Round k of the circle method for n players, pairs as (low, high), built alone: player 0
+    stays, the others rotate one place a round, so after k rounds position i (i >= 1) holds
+    player (i - 1 - k) mod (m - 1) + 1, m = n rounded up to even (m - 1 is a sit-out)."""
+    assert n >= 2 and 0 <= k < rounds_of(n), (n, k)
+    m = n + n % 2
+    at = [0, *(((i - 1 - k) % (m - 1)) + 1 for i in range(1, m))]
+    pairs = ((at[i], at[m - 1 - i]) for i in range(m // 2))
+    return sorted((min(a, b), max(a, b)) for a, b in pairs if max(a, b) < n)
+
+
 def round_robin(n: int) -> list[list[Pair]]:
     """The n-1 rounds (n even) or n rounds (n odd) of n players, pairs as (low, high)."""
-    assert n >= 2, n
-    players: list[int | None] = [*range(n), *([None] if n % 2 else [])]
-    m = len(players)
-    rounds = []
-    for _ in range(m - 1):
-        pairs = [(players[i], players[m - 1 - i]) for i in range(m // 2)]
-        rounds.append(
-            sorted((min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None)
+    return [round_of(n, k) for k in range(rounds_of(n))]
+
+
+def check_pairs(kind: str, rounds: int, pairs: int, n: int) -> None:
+    """A schedule of at most MAX_PAIRS pairs, said before any round is built."""
+    if pairs > MAX_PAIRS:
+        raise UsageError(
+            f"--schedule {kind} on {n} ranks: {pairs} pairs in {rounds} rounds, over the bound "
+            f"of {MAX_PAIRS} pairs one check may have: use --schedule sampled --peers K (K "
+            "rounds) or --schedule nodes"
         )
-        players = [players[0], players[-1], *players[1:-1]]  # rotate all but the first
-    return rounds
 
 
 def local_ranks(nodes: tuple[int, ...]) -> tuple[int, ...]:
@@ -96,21 +117,25 @@ def build(kind: str, nodes: tuple[int, ...], peers: int | None = None, seed: int
     if n < 2:
         raise UsageError("check needs at least 2 ranks (pairs of ranks are what it measures)")
     if kind == "all":
+        check_pairs(kind, rounds_of(n), n * (n - 1) // 2, n)
         return Schedule(kind, tuple(map(tuple, round_robin(n))), n)
     if kind == "sampled":
-        rounds = round_robin(n)
-        if peers is None or not 1 <= peers <= len(rounds):
+        total = rounds_of(n)
+        if peers is None or not 1 <= peers <= total:
             raise UsageError(
-                f"--schedule sampled needs --peers between 1 and {len(rounds)} (world {n}), "
-                f"got {peers}"
+                f"--schedule sampled needs --peers between 1 and {total} (world {n}), got {peers}"
             )
-        picked = sorted(random.Random(seed).sample(range(len(rounds)), peers))
-        return Schedule(kind, tuple(tuple(rounds[i]) for i in picked), n)
+        check_pairs(kind, peers, peers * (n // 2), n)
+        picked = sorted(random.Random(seed).sample(range(total), peers))
+        return Schedule(kind, tuple(tuple(round_of(n, k)) for k in picked), n)
     if kind == "nodes":
         groups = node_groups(nodes)
         rails = rail_groups(nodes)  # equal ranks per node, checked
         if len(groups) < 2:
             raise UsageError("--schedule nodes needs at least 2 nodes (the job has 1)")
+        check_pairs(
+            kind, rounds_of(len(groups)), len(groups) * (len(groups) - 1) // 2 * len(rails), n
+        )
         out = []
         for rnd in round_robin(len(groups)):
             out.append(tuple(sorted((rail[a], rail[b]) for a, b in rnd for rail in rails)))

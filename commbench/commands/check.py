@@ -70,11 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
     g.add_argument("--dry-run", action="store_true",
                    help="print the schedule and its cost for --world ranks; run nothing")  # fmt: skip
-    g.add_argument("--world", type=common.positive_int, default=None, help="--dry-run: ranks")
+    g.add_argument("--world", type=common.world_size, default=None, help="--dry-run: ranks")
     t = p.add_argument_group("timing")
-    t.add_argument("-n", "--iters", type=common.positive_int, default=DEFAULT_ITERS,
+    t.add_argument("-n", "--iters", type=common.iterations, default=DEFAULT_ITERS,
                    help="timed exchanges per round and group (default: %(default)s)")  # fmt: skip
-    t.add_argument("-w", "--warmup", type=common.non_negative_int, default=DEFAULT_WARMUP,
+    t.add_argument("-w", "--warmup", type=common.warmup_iterations, default=DEFAULT_WARMUP,
                    help="(default: %(default)s)")  # fmt: skip
     common.add_session_args(p)
 

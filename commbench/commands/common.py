@@ -8,9 +8,12 @@ from pathlib import Path
 
 from commbench.commands.argtypes import (  # noqa: F401  (the measuring commands use them)
     DEFAULT_RESULTS,
+    iterations,
     non_negative_int,
     positive_float,
     positive_int,
+    warmup_iterations,
+    world_size,
 )
 from commbench.errors import UsageError
 from commbench.measure.launch import LaunchInfo, detect
@@ -79,14 +82,14 @@ def add_timing_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "-n",
         "--iters",
-        type=positive_int,
+        type=iterations,
         default=None,
         help="timed iterations per point (default: adapt to --budget)",
     )
     g.add_argument(
         "-w",
         "--warmup",
-        type=non_negative_int,
+        type=warmup_iterations,
         default=None,
         help="warmup iterations per point (default: adapt)",
     )

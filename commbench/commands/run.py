@@ -253,6 +253,11 @@ def main(args: argparse.Namespace) -> int:
         )
         if plan.changed:
             s.say(f"# {plan.changed}")
+        if s.runner.scratch is not None:  # --off-cache: the scratch, and minutes said ahead
+            from commbench.measure import offcache
+
+            for line in offcache.notes(s.runner.scratch, timing, len(steps)):
+                s.say(f"# {line}")
         if not s.is_root:  # the others take part in each measurement; rank 0 keeps the records
             for st in steps:
                 s.runner.measure(st, info)

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--world",
-        type=common.positive_int,
+        type=common.world_size,
         default=None,
         help="world size for --dry-run without a launcher (default: the launched size)",
     )

@@ -21,6 +21,7 @@ from commbench.calibration import Calibration
 from commbench.calibration.costmodels import coefficients
 from commbench.errors import UsageError
 from commbench.formats.exportbase import Tier, not_expressed
+from commbench.textfile import read_json
 
 # Calculon's op names -> commbench's
 OPS = {
@@ -70,10 +71,7 @@ def network(t: Tier, size: int) -> tuple[dict, list[str]]:
 
 def read_base(base: Path) -> dict:
     """A Calculon system file: a JSON object with a 'networks' list."""
-    try:
-        doc = json.loads(Path(base).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"--base {base}: not a readable Calculon system JSON ({e})") from None
+    doc = read_json(base, "--base")
     if not isinstance(doc, dict) or not isinstance(doc.get("networks"), list):
         raise UsageError(f"--base {base}: a Calculon system file is a JSON object with 'networks'")
     return doc

@@ -17,6 +17,7 @@ from pathlib import Path
 from commbench.calibration.costmodels import coefficients
 from commbench.errors import UsageError
 from commbench.formats.exportbase import Tier
+from commbench.textfile import read_json
 
 # the fields GPUConfig requires
 FIELDS = ("name", "mem_per_GPU_in_GB", "hbm_bandwidth_in_GB_per_sec",
@@ -25,10 +26,7 @@ FIELDS = ("name", "mem_per_GPU_in_GB", "hbm_bandwidth_in_GB_per_sec",
 
 
 def read_base(base: Path) -> dict:
-    try:
-        doc = json.loads(Path(base).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"--base {base}: not a readable llm-analysis GPU config ({e})") from None
+    doc = read_json(base, "--base")
     missing = [f for f in FIELDS if not isinstance(doc, dict) or f not in doc]
     if missing:
         raise UsageError(f"--base {base}: an llm-analysis GPU config needs {', '.join(missing)}")

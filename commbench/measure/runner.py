@@ -12,13 +12,12 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from commbench.dtypes import dtype_size
-from commbench.measure import diag
+from commbench.measure import diag, offcache
 from commbench.measure.bind import Bound, BufferPool, bind
 from commbench.measure.transport.base import (
     ENQUEUE,
@@ -36,7 +35,6 @@ from commbench.measure.transport.base import (
 from commbench.ops import OPS, bus_factor, record_bytes, step_buffer_bytes
 from commbench.ops.checkdata import exact_sum
 from commbench.ops.spec import overlap_pct
-from commbench.sizes import parse_size
 from commbench.traffic.layout import GroupInfo
 from commbench.traffic.program import Step
 
@@ -88,15 +86,6 @@ def summarize(times_s: np.ndarray) -> dict[str, float]:
     }
 
 
-def largest_cache_bytes(default: int = 32 << 20) -> int:
-    """The largest CPU cache of cpu0 (Linux sysfs), else `default`: what off-cache evicts."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        with contextlib.suppress(OSError, ValueError):
-            sizes.append(parse_size(f.read_text().strip()))
-    return max(sizes, default=default)
-
-
 PROBE_MAX = 15  # probe iterations of a small op; the median of them sizes the point
 
 
@@ -137,8 +126,9 @@ class Runner:
         self.world = world
         self.cfg = cfg
         self.pool = BufferPool(world, cfg.buffers)
-        # off-cache scratch: twice the largest cache, touched before each timed iteration
-        self.scratch = world.alloc(2 * largest_cache_bytes(), PLAIN) if cfg.off_cache else None
+        # off-cache scratch, touched before each timed iteration: sized by the caches that
+        # hold this rank's buffers (measure/offcache)
+        self.scratch = world.alloc(offcache.scratch().nbytes, PLAIN) if cfg.off_cache else None
         self._subs: dict[tuple, Communicator | None] = {}
         self._guard = guard or (lambda label: contextlib.nullcontext())
         self._stop_requested = stop_requested or (lambda: False)

@@ -294,13 +294,10 @@ class PlanFile:
     @classmethod
     def read(cls, path: str | Path) -> PlanFile:
         """The plan file at `path`; UsageError when it cannot be read, parsed or checked."""
+        from commbench.textfile import read_json
+
         path = Path(path)
-        try:
-            doc = json.loads(path.read_text())
-        except OSError as e:
-            raise UsageError(f"cannot read plan {path}: {e.strerror or e}") from None
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        doc = read_json(path, "plan")
         return cls.from_json(doc, str(path))
 
 

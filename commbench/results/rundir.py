@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.limits import bounded_json_int
 from commbench.results.records import REQUIRED_FIELDS
 
 SCHEMA_VERSION = 1
@@ -274,7 +275,9 @@ def _parse_line(raw: bytes) -> dict:
     except UnicodeDecodeError:
         raise _BadLine("not UTF-8 text", torn=True) from None
     try:
-        rec = json.loads(text)
+        rec = json.loads(text, parse_int=bounded_json_int)
+    except UsageError as e:
+        raise _BadLine(str(e)) from None
     except json.JSONDecodeError as e:
         raise _BadLine(f"not a JSON record ({e.msg})", torn=True) from None
     except RecursionError:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench.errors import UsageError
+from commbench.limits import MAX_COUNT
 from commbench.sizes import format_size, parse_size
 
 if TYPE_CHECKING:
@@ -38,6 +39,55 @@ SHAPE_BOUNDS = {
     "moe_ffn_hidden": 1 << 22,
     "moe_every": 4096,
 }
+# Pattern options of suite files and --set that drive loops or memory (a suite builds each
+# micro-batch's pipeline slots), and why each bound is where it is; any other integer option
+# is bounded by limits.MAX_COUNT. The planner prices micro-batches without building them.
+OPTION_BOUNDS: dict[str, tuple[float, str]] = {
+    "micro_batches": (4096, "micro-batches of one step: each is a pipeline slot built in turn"),
+    "micro_batch": (1 << 16, "sequences of one micro-batch"),
+    "seq_len": (SHAPE_BOUNDS["seq_len"], "tokens of one sequence"),
+    "compute_ms": (60_000.0, "synthetic compute of one micro-batch, spun for real"),
+}
+MAX_OPTION_LIST = 64  # entries of a list option (ops, group_sizes, placements)
+MAX_ROUTED_KEYS = 1 << 25  # tokens x experts one rank's router draws (8 bytes each: 256 MiB)
+
+
+def check_option(key: str, value: object, where: str) -> None:
+    """A pattern option's value within OPTION_BOUNDS (or MAX_COUNT), a list option within
+    MAX_OPTION_LIST entries."""
+    if isinstance(value, tuple | list):
+        if len(value) > MAX_OPTION_LIST:
+            raise UsageError(
+                f"{where}: {len(value)} entries, over the bound of {MAX_OPTION_LIST} a list "
+                "option may have"
+            )
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    bound, why = OPTION_BOUNDS.get(key, (MAX_COUNT, "the largest count commbench takes"))
+    if value > bound:
+        shown = value if isinstance(value, int) else f"{value:g}"
+        raise UsageError(f"{where}: {shown} is over the bound of {bound:g} ({why})")
+
+
+def check_options(options: object, where: str) -> None:
+    """Every field of a pattern's Options from a suite file or --set (not the planner's, which
+    prices micro-batches without building them) within check_option's bounds."""
+    import dataclasses
+
+    assert dataclasses.is_dataclass(options), options
+    for f in dataclasses.fields(options):
+        check_option(f.name, getattr(options, f.name), f"{where}.{f.name}")
+
+
+def check_routing(tokens: int, experts: int, where: str) -> None:
+    """The router draws a score per token and expert: at most MAX_ROUTED_KEYS of them."""
+    if tokens * experts > MAX_ROUTED_KEYS:
+        raise UsageError(
+            f"{where}: routing {tokens} tokens over {experts} experts draws {tokens * experts} "
+            f"scores, over the bound of {MAX_ROUTED_KEYS} (what one rank's router simulates): "
+            "lower micro_batch or seq_len"
+        )
 
 
 def check_suite_file(path: Path, shown: str, depth: int, top: str | None) -> None:

@@ -5,7 +5,6 @@ DeepSeek-V2/V3 with multi-head latent attention, by the keys transformers' confi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +38,10 @@ def read_hf_config(path: str | Path, where: str = "hf_config") -> ModelShape:
     """The ModelShape a `config.json` describes, named after its folder (`.../DeepSeek-V3/
     config.json` -> `DeepSeek-V3`). The training context stays commbench's default: a
     config's max_position_embeddings is the longest context, not the one trained at."""
+    from commbench.textfile import read_json
+
     p = Path(path)
-    try:
-        cfg = json.loads(p.read_text())
-    except OSError as e:
-        raise UsageError(f"{where}: cannot read {path}: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{where}: {path} is not JSON: {e}") from None
+    cfg = read_json(p, where)
     if not isinstance(cfg, dict):
         raise UsageError(f"{where}: {path} is not a config.json object")
     cfg = {**cfg, **(cfg.get("text_config") or {})}  # multimodal configs nest the decoder

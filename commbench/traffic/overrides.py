@@ -9,6 +9,7 @@ from typing import Any
 
 from commbench.errors import UsageError
 from commbench.traffic import patterns
+from commbench.traffic.bounds import check_options
 from commbench.traffic.keys import assign
 from commbench.traffic.layout import Axis
 from commbench.traffic.model import ModelShape
@@ -40,17 +41,13 @@ def parse_assignments(items: list[str] | None, flag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not items:
         return out
-    import yaml
+    from commbench.textfile import loads_yaml
 
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            parsed = value
-        assign(out, key.strip(), parsed, flag)
+        assign(out, key.strip(), loads_yaml(value, f"{flag} {key.strip()}", strict=False), flag)
     return out
 
 
@@ -83,7 +80,7 @@ def apply_overrides(suite: Suite, ov: Overrides) -> Suite:
                 used.add(k)
                 options[k] = v
                 sweep.pop(k, None)
-        patterns.make_options(run.pattern, options, "--set")
+        check_options(patterns.make_options(run.pattern, options, "--set"), "--set")
         models = run.models
         if ov.models and spec.needs_model:
             models = tuple(m for m in ov.models if m.is_moe or not spec.needs_moe)

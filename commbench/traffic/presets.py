@@ -133,8 +133,7 @@ def parse_model_arg(text: str) -> ModelShape:
     name, colon, rest = text.partition(":")
     if not colon and not name.endswith(".json"):
         return get_model(name, "--model")
-    import yaml  # for the values only
-
+    from commbench.textfile import loads_yaml  # for the values only
     from commbench.traffic.keys import assign
 
     data: dict[str, Any] = {}
@@ -142,7 +141,8 @@ def parse_model_arg(text: str) -> ModelShape:
         key, eq, value = item.partition("=")
         if not eq:
             raise UsageError(f"--model {text!r}: expected KEY=VALUE after ':', got {item!r}")
-        assign(data, key.strip(), yaml.safe_load(value), f"--model {text}")
+        value_of = loads_yaml(value, f"--model {name}.{key.strip()}", strict=False)
+        assign(data, key.strip(), value_of, f"--model {text}")
     if name.endswith(".json"):
         data["hf_config"] = name
     elif name in PRESETS:

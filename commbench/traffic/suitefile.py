@@ -155,31 +155,18 @@ def find_suite(ref: str, base: Path | None = None) -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(
-            f"{display(path)}: not a YAML text file (byte {e.start} is not UTF-8)"
-        ) from None
+    from commbench.textfile import read_text
+
+    text = read_text(path, "suite", comment="#")
     if path.parent != SUITES_DIR:  # the cache keeps the built-in suites only (suitecache)
         return _parse_yaml(text, path)
     return suitecache.load(path, text, lambda t: _parse_yaml(t, path))
 
 
 def _parse_yaml(text: str, path: Path) -> Any:
-    import yaml
+    from commbench.textfile import loads_yaml
 
-    from commbench.traffic.keys import yaml_loader  # libyaml's where built: ~50 ms less a rank
-
-    try:
-        return yaml.load(text, Loader=yaml_loader())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]  # one line
-        raise UsageError(f"{display(path)}: not valid YAML{line} ({problem})") from None
+    return loads_yaml(text, display(path))
 
 
 def _mapping(value: Any, where: str, keys: tuple[str, ...]) -> dict:
@@ -255,7 +242,8 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
             raise UsageError(f"{where}.degrees: pattern {spec.name} takes no degrees")
         degrees[axis] = parse_degree(value, f"{where}.degrees.{axis}")
     options = raw.get("options") or {}
-    patterns.make_options(spec.name, options, f"{where}.options")
+    opts = patterns.make_options(spec.name, options, f"{where}.options")
+    bounds.check_options(opts, f"{where}.options")
     sweep = {}
     for key, values in _mapping(
         raw.get("sweep") or {}, f"{where}.sweep", option_names(spec)
@@ -263,7 +251,8 @@ def _run(raw: Any, where: str, quick: bool, timing: dict, max_bytes: int | None)
         if not isinstance(values, list) or not values:
             raise UsageError(f"{where}.sweep.{key}: expected a non-empty list of values")
         for v in values:
-            patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
+            swept = patterns.make_options(spec.name, {**options, key: v}, f"{where}.sweep")
+            bounds.check_options(swept, f"{where}.sweep")
         sweep[key] = tuple(values)
     bounds.check_sweep(sweep, where)
     order = parse_order(raw.get("order", DEFAULT_ORDER), f"{where}.order:")

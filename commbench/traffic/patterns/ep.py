@@ -25,6 +25,7 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.traffic import routecache
+from commbench.traffic.bounds import check_routing
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import Fact, TrafficOptions, check, check_choice
@@ -106,6 +107,7 @@ def route(options: Options, tokens: int, experts: int, top_k: int, sources: int)
     }
     if options.routing != "draw":  # keys of the draws cached before this option stay valid
         key["routing"] = options.routing
+    check_routing(tokens, experts, "ep")
     return routecache.load(key, lambda: _route(options, tokens, experts, top_k, sources))
 
 
