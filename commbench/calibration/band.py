@@ -54,6 +54,23 @@ class Priors:
 DEFAULT_PRIORS = Priors()
 
 
+@dataclass(frozen=True)
+class BandTerms:
+    """What a band is made of, apart from the priors: the part read from the measurements
+    (max(moved, rate x reach); 0 where one node count was measured), the reach in doublings
+    and NCCL's latency share of the predicted time. `width(priors)` is the band's w, so a
+    bench can score other priors on the same predictions (leave-one-cluster-out)."""
+
+    measured: float
+    reach: float
+    latency_share: float
+
+    def width(self, priors: Priors = DEFAULT_PRIORS) -> float:
+        lo, hi = priors.bytes_per_doubling, priors.latency_per_doubling
+        prior = lo + (hi - lo) * self.latency_share
+        return max(self.measured, prior * self.reach, priors.floor)
+
+
 def node_band(
     seconds: float,
     n_from: int,
@@ -66,8 +83,22 @@ def node_band(
     """(w, why): the relative half-width of the band around `seconds` predicted at n_to nodes
     from n_from, `others` the (nodes, seconds) the same scaling gives from each other node
     count measured."""
+    terms, why = band_terms(seconds, n_from, n_to, others, latency_share, priors, unit)
+    return terms.width(priors), why
+
+
+def band_terms(
+    seconds: float,
+    n_from: int,
+    n_to: int,
+    others: list[tuple[int, float]],
+    latency_share: float = 0.0,
+    priors: Priors = DEFAULT_PRIORS,
+    unit: str = "nodes",
+) -> tuple[BandTerms, str]:
+    """node_band's terms and its why."""
     reach = abs(math.log2(n_to / n_from)) if n_from > 0 and n_to > 0 else 0.0
-    lo, hi, floor = priors.bytes_per_doubling, priors.latency_per_doubling, priors.floor
+    lo, hi = priors.bytes_per_doubling, priors.latency_per_doubling
     prior = lo + (hi - lo) * latency_share
     spread = [
         (abs(t / seconds - 1), abs(math.log2(n_from / c)))
@@ -77,19 +108,21 @@ def node_band(
     if spread:
         moved = max(m for m, _ in spread)
         rate = moved / max(d for _, d in spread)
-        w = max(moved, rate * reach, prior * reach, floor)
+        terms = BandTerms(max(moved, rate * reach), reach, latency_share)
+        w = terms.width(priors)
         counts = "+".join(str(c) for c in sorted({n_from, *(c for c, _ in others)}))
         why = (
             f"band +-{w:.0%}: scaled from {counts} {unit} the predictions differ by {moved:.0%}, "
             f"{rate:.0%} per doubling, over {reach:.1f} doublings to {n_to}"
         )
     else:
-        w = max(prior * reach, floor)
+        terms = BandTerms(0.0, reach, latency_share)
+        w = terms.width(priors)
         why = (
             f"band +-{w:.0%}: only {n_from} {unit} measured, so a prior "
             f"{prior:.0%} per doubling over {reach:.1f} doublings to {n_to}"
         )
-    return w, why
+    return terms, why
 
 
 def export_notes(doc: dict) -> list[str]:
