@@ -17,7 +17,10 @@ Scored over sizes >= 1 MiB, both placements: the median and max |predicted / mea
 where the target has repeats, the error of a point is its distance to the interval the
 repeats span (0 inside it: a prediction is judged against the repeats' spread, not one run).
 The band: the share of points whose measured time lies inside the prediction's stated band
-(`band` on validate's rows, when the calibration states one). Targets (issue 29): median
+(`band` on validate's rows, when the calibration states one), and its median half-width;
+then the same held out: per cluster (a set's machine: Polaris' sets are one), the band's
+prior chosen on the other clusters' points from the terms each row states (`band_terms`),
+scored on the held-out one (leave-one-cluster-out). Targets (issue 29): median
 within 10% when the target is at most 4x the largest fitted node count, within 20% beyond.
 Exit 1 when any row fails.
 """
