@@ -17,7 +17,10 @@ Scored over sizes >= 1 MiB, both placements: the median and max |predicted / mea
 where the target has repeats, the error of a point is its distance to the interval the
 repeats span (0 inside it: a prediction is judged against the repeats' spread, not one run).
 The band: the share of points whose measured time lies inside the prediction's stated band
-(`band` on validate's rows, when the calibration states one). Targets (issue 29): median
+(`band` on validate's rows, when the calibration states one), and its median half-width;
+then the same held out: per cluster (a set's machine: Polaris' sets are one), the band's
+prior chosen on the other clusters' points from the terms each row states (`band_terms`),
+scored on the held-out one (leave-one-cluster-out). Targets (issue 29): median
 within 10% when the target is at most 4x the largest fitted node count, within 20% beyond.
 Exit 1 when any row fails.
 """
@@ -39,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from commbench import cli  # noqa: E402
+from commbench.calibration.band import BandTerms, Priors  # noqa: E402
 
 LOGS = REPO.parent / "shared" / "real-logs"
 LARGE = 1 << 20
@@ -74,6 +78,9 @@ class Row:
     why: str = ""
     methods: list[str] = field(default_factory=list)
     axis: str = "nodes"  # per_node and fitted/target are nodes; "gpus": the reverse
+    # per banded point: the half-width that would just cover it, and the band's terms (for
+    # scoring other priors on the same predictions: --loco)
+    needs: list[tuple[list[float], dict]] = field(default_factory=list)
 
 
 def discover(root: Path = LOGS) -> list[Log]:
@@ -146,15 +153,18 @@ def _shape(x: Log, axis: str) -> tuple[int, int]:
     return (x.per_node, x.nodes) if axis == "nodes" else (x.nodes, x.per_node)
 
 
-def score(rows_by_repeat: list[list[dict]]) -> tuple[list[float], list[bool], list[float], set]:
+def score(
+    rows_by_repeat: list[list[dict]],
+) -> tuple[list[float], list[bool], list[float], set, list[tuple[list[float], dict]]]:
     """Per point (bytes, placement) >= LARGE: the error against the repeats' interval, whether
-    the band covered a measured value, the band's relative half-width; the methods used."""
+    the band covered a measured value, the band's relative half-width; the methods used; per
+    banded point its repeats' measured / predicted and the band's terms (band.BandTerms)."""
     points: dict[tuple, list[dict]] = {}
     for rows in rows_by_repeat:
         for r in rows:
             if r["status"] == "ok" and r["bytes"] >= LARGE:
                 points.setdefault((r["bytes"], r["placement"]), []).append(r)
-    errs, covered, widths, methods = [], [], [], set()
+    errs, covered, widths, methods, needs = [], [], [], set(), []
     for group in points.values():
         pred = group[0]["predicted_s"]
         lo, hi = min(r["measured_s"] for r in group), max(r["measured_s"] for r in group)
@@ -165,7 +175,9 @@ def score(rows_by_repeat: list[list[dict]]) -> tuple[list[float], list[bool], li
             b_lo, b_hi = band
             covered.append(any(b_lo <= r["measured_s"] <= b_hi for r in group))
             widths.append((b_hi - b_lo) / 2 / pred)
-    return errs, covered, widths, methods
+            if group[0].get("band_terms"):
+                needs.append(([r["measured_s"] / pred for r in group], group[0]["band_terms"]))
+    return errs, covered, widths, methods, needs
 
 
 def transfer(logs: list[Log], case: tuple, ws: Workspace) -> Row:
@@ -183,7 +195,7 @@ def transfer(logs: list[Log], case: tuple, ws: Workspace) -> Row:
                         "--min-bytes", str(LARGE), "--json")  # fmt: skip
         rows.append(json.loads(out)["rows"])
     row.repeats = len(rows)
-    errs, covered, widths, methods = score(rows)
+    errs, covered, widths, methods, row.needs = score(rows)
     row.points, row.methods = len(errs), sorted(methods)
     if not errs:
         row.status, row.why = "FAIL", "no predicted point >= 1 MiB"
@@ -228,11 +240,73 @@ def table(rows: list[Row]) -> str:
     if covered:
         banded = [r for r in rows if r.covered is not None]
         pooled = sum(r.covered * r.points for r in banded) / sum(r.points for r in banded)
+        needs = [p for r in banded for p in r.needs]
+        width = f", median half-width {_coverage(needs, Priors())[1]:.0%}" if needs else ""
         lines.append(
             f"# band coverage: {pooled:.0%} of {sum(r.points for r in banded)} predicted points "
-            f"(target >= 80%); median over rows {median(covered):.0%}"
+            f"(target >= 80%){width}; median over rows {median(covered):.0%}"
         )
+    for split, rule in ((False, "one prior per doubling"), (True, "bytes/latency priors apart")):
+        got = loco(rows, split)
+        if got is not None:
+            lines.append(
+                f"# leave-one-cluster-out ({rule}): {got[0]:.0%} covered, median half-width "
+                f"{got[1]:.0%}: {'; '.join(got[2])}"
+            )
     return "\n".join(lines)
+
+
+def cluster(name: str) -> str:
+    """The machine a set ran on: Polaris' sets differ by NCCL version and settings only."""
+    return re.sub(r"-nccl\d.*$", "", name)
+
+
+def _coverage(points: list[tuple[list[float], dict]], priors: Priors) -> tuple[float, float]:
+    """(share of points whose band under `priors` holds a repeat, median half-width)."""
+    covered, widths = 0, []
+    for ratios, terms in points:
+        w = BandTerms(**terms).width(priors)
+        covered += any(1 / (1 + w) <= x <= 1 + w for x in ratios)
+        widths.append(((1 + w) - 1 / (1 + w)) / 2)
+    return covered / len(points), median(widths)
+
+
+GRID = [x / 20 for x in range(1, 21)]  # priors per doubling scanned: 0.05 .. 1.00
+
+
+def loco(rows: list[Row], split: bool = False) -> tuple[float, float, list[str]] | None:
+    """Leave-one-cluster-out: per cluster, the priors chosen on the others' points (the
+    narrowest on GRID whose band covers >= 80% of them), scored on the held-out one; (pooled
+    coverage, median half-width, a part per cluster). One prior per doubling, or with
+    `split` bytes and latency apart (band.py's blend by NCCL's latency share)."""
+    by: dict[str, list] = {}
+    for r in rows:
+        by.setdefault(cluster(r.set), []).extend(r.needs)
+    if len(by) < 2:
+        return None
+    pairs = [(a, b) for a in GRID for b in GRID] if split else [(a, a) for a in GRID]
+    hits, widths, parts = 0.0, [], []
+    for held, test in sorted(by.items()):
+        train = [p for c, pts in by.items() if c != held for p in pts]
+        if not test or not train:
+            continue
+        fits = []
+        for a, b in pairs:
+            cov, width = _coverage(train, Priors(a, b))
+            if cov >= 0.8:
+                fits.append((width, a, b))
+        if not fits:
+            parts.append(f"{held} none covers 80% of the others")
+            continue
+        _, a, b = min(fits)
+        cov, width = _coverage(test, Priors(a, b))
+        hits += cov * len(test)
+        widths += [_coverage([p], Priors(a, b))[1] for p in test]
+        prior = f"{a:.2f}" if not split else f"{a:.2f}/{b:.2f}"
+        parts.append(f"{held} {cov:.0%} (+-{width:.0%}, prior {prior})")
+    if not widths:
+        return None
+    return hits / len(widths), median(widths), parts
 
 
 def untransferred(logs: list[Log]) -> list[str]:

@@ -59,7 +59,7 @@ def test_export_notes_name_the_measured_node_counts_and_the_band():
     }
     (note,) = export_notes(doc)
     assert note.startswith("inter: measured at 2+8 nodes")
-    assert f"+-{PRIOR_BW:.0%} (bytes)" in note and f"+-{PRIOR_LAT:.0%} (latency)" in note
+    assert f"band of +-{PRIOR_BW:.0%} per doubling" in note
     assert export_notes({"series": []}) == []
 
 
@@ -71,7 +71,7 @@ def test_plan_note_only_beyond_the_measured_hosts():
     assert plan_note(doc, "tp", "intra", 64) is None  # nothing measured across nodes there
     note = plan_note(doc, "dp", "inter", 32)
     assert note is not None and "2.0 doublings beyond" in note
-    assert f"+-{2 * PRIOR_BW:.0%} (bytes) to +-{2 * PRIOR_LAT:.0%} (latency)" in note
+    assert f"band of +-{2 * PRIOR_BW:.0%} (calibration/band.py)" in note
 
 
 def _series(p: int, nodes: int, beta: float):

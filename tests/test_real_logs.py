@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fit_samples import nccl_tests_new
 
+from commbench.calibration.band import Priors
 from commbench.formats import nccl_tests
 from commbench.formats.common import Hints
 
@@ -96,6 +97,20 @@ def test_nccl_version_from_nccl_tests_library_line(tmp_path):
 def test_transfer_bench_on_one_set():
     """bench/transfer_real_logs.py on one set: fit 2 nodes -> predict 8, fit 2 + 8 -> predict
     540, each row scored over its points >= 1 MiB against the 10% / 20% targets."""
+    bench = _bench()
+    rows = bench.run(["polaris-nccl218-env5"])
+    assert [(r.fitted, r.target, r.goal) for r in rows] == [([2], 8, 0.10), ([2, 8], 540, 0.20)]
+    for r in rows:
+        assert r.points == 22 and 0 <= r.median <= r.max
+        assert r.status == ("PASS" if r.median <= r.goal else "FAIL")
+        assert r.covered is not None and 0 < r.band  # every point beyond 2 nodes has a band
+        # the band's terms rescore it: under the calibration's own priors, the same coverage
+        assert len(r.needs) == r.points
+        assert bench._coverage(r.needs, Priors())[0] == pytest.approx(r.covered)
+    assert "polaris-nccl218-env5" in bench.table(rows)
+
+
+def _bench():
     import importlib.util
 
     path = Path(__file__).resolve().parent.parent / "bench" / "transfer_real_logs.py"
@@ -104,13 +119,27 @@ def test_transfer_bench_on_one_set():
     bench = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = bench  # its dataclasses look their module up
     spec.loader.exec_module(bench)
-    rows = bench.run(["polaris-nccl218-env5"])
-    assert [(r.fitted, r.target, r.goal) for r in rows] == [([2], 8, 0.10), ([2, 8], 540, 0.20)]
-    for r in rows:
-        assert r.points == 22 and 0 <= r.median <= r.max
-        assert r.status == ("PASS" if r.median <= r.goal else "FAIL")
-        assert r.covered is not None and 0 < r.band  # every point beyond 2 nodes has a band
-    assert "polaris-nccl218-env5" in bench.table(rows)
+    return bench
+
+
+def test_leave_one_cluster_out_picks_the_prior_on_the_other_clusters():
+    """loco: per held-out cluster the narrowest prior covering 80% of the others' points,
+    scored on the held-out one. Two clusters need 0.25 per doubling over 2 doublings (measured
+    1.5x the prediction), a third 0.35 (1.7x): held out, it is not covered; the others are."""
+    bench = _bench()
+
+    def row(name: str, ratio: float) -> object:
+        terms = {"measured": 0.0, "reach": 2.0, "latency_share": 0.0}
+        return bench.Row(name, "allreduce", 4, [2], 8, needs=[([ratio], terms)] * 10)
+
+    rows = [row("abci-a", 1.5), row("polaris-nccl221-env5", 1.5), row("xxrjun-c01", 1.7)]
+    assert bench.cluster("polaris-nccl218-env4") == "polaris"
+    coverage, width, parts = bench.loco(rows)
+    assert coverage == pytest.approx(2 / 3)  # xxrjun-c01 held out: 0.25 from the others
+    assert parts[2] == "xxrjun-c01 0% (+-42%, prior 0.25)"
+    assert parts[0].startswith("abci-a 100%") and "prior 0.25" not in parts[0]
+    assert width > 0.4
+    assert bench.loco(rows[:1]) is None  # one cluster: nothing to hold out
 
 
 def test_runs_of_different_settings_fitted_together_warn_naming_both():
@@ -163,7 +192,6 @@ def test_a_calibration_records_its_band_and_predicts_with_it(tmp_path):
     import json
 
     from commbench import cli
-    from commbench.calibration.band import Priors
     from commbench.calibration.document import validate
     from commbench.calibration.predict import Calibration
 

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, replace
 
 from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
-from commbench.calibration.band import DEFAULT_PRIORS, Priors, node_band
+from commbench.calibration.band import DEFAULT_PRIORS, BandTerms, Priors, band_terms
 from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
 
@@ -143,6 +143,7 @@ class Scaled:
     method: str
     notes: list[str]
     band: float
+    terms: BandTerms | None = None  # what band is made of (band.py), for scoring other priors
 
 
 def _measured(s: SeriesModel, nbytes: float) -> tuple[float, float, tuple[float, float]]:
@@ -267,8 +268,8 @@ def series_to_nodes(
     )
     if per_node is not None:  # the reach is in GPUs per node: its doublings
         g_from, g_to = s.key.group_size // n_from, shape_to[0] // shape_to[1]
-        band, why = node_band(seconds, g_from, g_to, [], share, priors, "GPUs per node")
+        terms, why = band_terms(seconds, g_from, g_to, [], share, priors, "GPUs per node")
         method = f"{got[1]}; {per_node[1]}"
-        return Scaled(got[0], method, [*got[2], why], band)
-    band, why = node_band(seconds, n_from, shape_to[1], others, share, priors)
-    return Scaled(got[0], got[1], [*got[2], why], band)
+        return Scaled(got[0], method, [*got[2], why], terms.width(priors), terms)
+    terms, why = band_terms(seconds, n_from, shape_to[1], others, share, priors)
+    return Scaled(got[0], got[1], [*got[2], why], terms.width(priors), terms)

@@ -30,7 +30,7 @@ SCHEMA = "commbench.calibration.op_accuracy/1"
 ROW_KEYS = (
     "run_id", "kind", "op", "backend", "dtype", "link_class", "group_size", "nodes", "timing",
     "placement", "bytes", "measured_s", "predicted_s", "rel_error", "abs_error", "method",
-    "extrapolated", "reach", "band", "status", "why",
+    "extrapolated", "reach", "band", "band_terms", "status", "why",
 )  # fmt: skip
 
 
@@ -135,6 +135,7 @@ def compare(
                 extrapolated=got.extrapolated or not got.reach.inside,
                 reach=got.reach.as_dict() | {"text": got.reach.describe()},
                 band=list(got.band) if got.band is not None else None,  # seconds (band.py)
+                band_terms=got.band_terms,
                 status="ok",
             )
             rows.append(row)

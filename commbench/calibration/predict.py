@@ -20,7 +20,7 @@ reference calibration the link table is the statement itself, so (3)-(4) need no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from commbench.calibration.algorithms import LIBRARIES, switched
 from commbench.calibration.band import Priors
@@ -52,6 +52,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     reach: Reach = field(default_factory=Reach)  # how far beyond the measurements it went
     band: tuple[float, float] | None = None  # seconds: where the truth should lie (band.py)
+    band_terms: dict | None = None  # what band is made of (band.BandTerms), to rescore priors
 
 
 def _rank(value: str, order: tuple) -> tuple:
@@ -364,6 +365,7 @@ class Calibration:
                         kind=kind,
                         notes=scaled.notes,
                         band=(t / (1 + scaled.band), t * (1 + scaled.band)),
+                        band_terms=asdict(scaled.terms) if scaled.terms else None,
                     )
                 if base > 0:
                     return Prediction(
