@@ -58,7 +58,7 @@ def test_native_loop_matches_python_loop(tmp_path, n):
 
 
 @pytest.mark.mpi
-def test_compile_failure_falls_back_silently(tmp_path):
+def test_compile_failure_falls_back_and_says_so_once(tmp_path):
     false = shutil.which("false")
     env = {"COMMBENCH_MPICC": false, "COMMBENCH_CACHE_DIR": str(tmp_path / "cache")}
     job = run_mpi(
@@ -80,7 +80,9 @@ def test_compile_failure_falls_back_silently(tmp_path):
         env=env,
     )
     assert job.returncode == 0, job.output
-    assert "native" not in job.output.lower() and "warning" not in job.output.lower()
+    # issue 33: the Python loop's ~0.5-1 us a call is in every alpha, so the swap is said, once
+    said = [line for line in job.output.splitlines() if "not the native one" in line]
+    assert len(said) == 1 and "failed" in said[0], job.output
     run = read_run(tmp_path / "fallback")
     assert run.meta["timing_loop"]["loop"] == "python"
     assert "failed" in run.meta["timing_loop"]["reason"]
@@ -120,6 +122,8 @@ def test_run_imports_nothing_heavy(tmp_path):
             "commbench.commands.run",
             "commbench.commands.common",
             "commbench.commands.argtypes",
+            "commbench.commands.clipnote",  # pure: the clipped-count line
+            "commbench.commands.nextstep",  # pure: the next-step line
         }, commands
 
 
