@@ -120,3 +120,16 @@ def test_cli_bad_input_exits_2_with_one_message(extra, message):
     job = run_single(*BASE, *extra, "--explain", "tp1-ep64-pp16")
     assert job.returncode == 2, job.output
     assert message in job.stderr and "Traceback" not in job.stderr
+
+
+def test_the_full_recompute_lever_drops_the_modules_and_keeps_fp8():
+    """The planner's memory lever (plan/levers.py) asks for full recompute: Megatron takes no
+    --recompute-modules with it, so the lever's request names none."""
+    from commbench.plan.levers import lever
+    from commbench.plan.request import PlanRequest
+
+    req = PlanRequest(model=get_model("deepseek-v3"), gpus=2048, gpus_per_node=8,
+                      recompute_modules=DEEPSEEK, fp8="e4m3")  # fmt: skip
+    pulled, how = lever(req)
+    assert (pulled.recompute, pulled.recompute_modules, pulled.fp8) == ("full", (), "e4m3")
+    assert how == "full recompute (--recompute full)"
