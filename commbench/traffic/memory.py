@@ -4,7 +4,9 @@ bf16 weights 2P, gradients in their dtype, Adam 12P (fp32 master + two moments, 
 Rajbhandari et al. 2020, "ZeRO", which also gives the stage 1/2/3 sharding), KV cache
 2 L n_kv d_head bytes per token, and activations per layer from Korthikanti et al. 2022,
 "Reducing Activation Recomputation in Large Transformer Models" (Table 2), divided by tp
-(with sequence parallel) and cp as Megatron-LM does.
+(with sequence parallel) and cp as Megatron-LM does; what Megatron-Core's selective
+`--recompute-modules` and Transformer Engine's FP8 caches (`--fp8-format`) drop or shrink, term
+by term (docs/pipeline.md, "Activation memory settings").
 """
 
 from __future__ import annotations
