@@ -20,12 +20,13 @@ def ref():
     return calibration.load(reference.shipped_path(), kind="reference")
 
 
-def request(cal, model, gpus, seq, batch, zero, recompute="selective"):
+def request(cal, model, gpus, seq, batch, zero, recompute="selective", modules=None, fp8=None):
     return request_from_flags(
         cal, model=model, gpus=gpus, gpus_per_node=8, gpu_memory_gb=None, seq_len=seq,
         global_batch=batch, micro_batch="1", zero_stage=zero, sequence_parallel=True,
         mode="train", peak_tflops=None, mfu=None, recompute=recompute, grad_dtype="float32",
         overlap_dp=False, orders="megatron", extrapolate=False, backend=None,
+        recompute_modules=modules, fp8=fp8,
     )  # fmt: skip
 
 
@@ -65,27 +66,42 @@ def test_llama3_405b_with_zero1_needs_the_unsharded_fp32_gradients(ref):
     assert ev.memory["total"] == pytest.approx(87.67 * GB, rel=0.01)
 
 
-def deepseek(cal, recompute):
+def deepseek(cal, recompute="selective", modules=None, fp8=None):
     """DeepSeek-V3 report, section 3.2-3.4: 2,048 GPUs, PP16 x EP64 (over 8 nodes) x ZeRO-1
     DP, no TP, seq 4,096, global batch 15,360."""
-    return request(cal, "deepseek-v3", 2048, 4096, 15360, "1", recompute)
+    return request(cal, "deepseek-v3", 2048, 4096, 15360, "1", recompute, modules, fp8)
 
 
-def test_deepseek_v3_pp16_ep64_explains_and_its_memory_gap_is_named(ref):
-    """61 layers on 16 stages: 3, 4 x 14, 2 (the first 3 dense). With Megatron's selective
-    recompute the busiest stage holds 4 MoE layers x 15 in-flight micro-batches of 2.36 GB
-    (top-8 routed copies of every token): 156 GB, so it does not fit; DeepSeek's documented
-    savings beyond it (FP8 activation caches, recomputed RMSNorm / MLA up-projection / SwiGLU,
-    BF16 Adam moments) are not modelled. Full recompute brings it to 20 GB."""
-    sel = explain(deepseek(ref, "selective"), ref, "tp1-cp1-ep64-dp128-pp16")
-    assert sel.config.micro_batches == 120 and sel.config.zero_stage == 1
-    assert deepseek(ref, "selective").model.for_pipeline(16).stage_counts(16) == (
-        (3,) + (4,) * 14 + (2,)
-    )
-    assert not sel.fits and sel.memory["activations"] == pytest.approx(141.4 * GB, rel=0.01)
-    full = explain(deepseek(ref, "full"), ref, "tp1-cp1-ep64-dp128-pp16")
+# DeepSeek-V3 report 3.2.3: every RMSNorm and the MLA up-projections recomputed; 3.3.3: the
+# SwiGLU output recomputed and the GEMM inputs cached in FP8 (Megatron-Core's names)
+DOCUMENTED = {"modules": "core_attn,layernorm,mla_up_proj,moe_act", "fp8": "e4m3"}
+LABEL = "tp1-cp1-ep64-dp128-pp16"
+
+
+def test_deepseek_v3_pp16_ep64_fits_with_its_documented_memory_settings(ref):
+    """61 layers on 16 stages: 3, 4 x 14, 2 (the first 3 dense); stage 1 (4 MoE layers x 15
+    in-flight micro-batches) decides. With the report's recompute and FP8 caches a MoE layer
+    keeps 213,120 bytes a token (tests/test_memory_recompute_modules.py): 52.4 GB of
+    activations, 66.5 GB in all."""
+    req = deepseek(ref, **DOCUMENTED)
+    assert req.model.for_pipeline(16).stage_counts(16) == (3,) + (4,) * 14 + (2,)
+    ev = explain(req, ref, LABEL)
+    assert ev.config.micro_batches == 120 and ev.config.zero_stage == 1
+    assert ev.fits and ev.memory["total"] == pytest.approx(66.51 * GB, rel=0.005)
+    assert ev.memory["activations"] == pytest.approx(4 * 15 * 213120 * 4096)
+    assert ev.time.in_layer["ep"] > 0 and ev.placement["ep"]["hosts_spanned"] == 8
+
+
+def test_deepseek_v3_without_its_memory_settings_does_not_fit(ref):
+    """Megatron's default selective recompute (core_attn): 4 MoE layers x 15 micro-batches of
+    1.92 GB, top-8 routed copies of every token dominating: 129 GB. The recompute without
+    FP8 caches: 81.1 GB, just over. Full recompute: 20 GB."""
+    sel = explain(deepseek(ref), ref, LABEL)
+    assert not sel.fits and sel.memory["activations"] == pytest.approx(4 * 15 * 468992 * 4096)
+    bf16 = explain(deepseek(ref, modules=DOCUMENTED["modules"]), ref, LABEL)
+    assert not bf16.fits and bf16.memory["total"] == pytest.approx(81.11 * GB, rel=0.005)
+    full = explain(deepseek(ref, "full"), ref, LABEL)
     assert full.fits and full.memory["total"] < 25 * GB
-    assert full.time.in_layer["ep"] > 0 and full.placement["ep"]["hosts_spanned"] == 8
 
 
 @pytest.mark.slow

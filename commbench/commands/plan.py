@@ -89,6 +89,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="activation recomputation (default: selective)",
     )
     w.add_argument(
+        "--recompute-modules",
+        default=None,
+        help="with --recompute selective, what Megatron-Core recomputes (its --recompute-modules,"
+        " comma-separated): core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
+        "shared_experts (default: core_attn; docs/pipeline.md)",
+    )
+    w.add_argument(
+        "--fp8-format",
+        choices=("e4m3", "hybrid"),
+        default=None,
+        help="FP8 training as Megatron's --fp8-format: GEMM inputs cached for the weight "
+        "gradient in one byte (default: 16-bit activations)",
+    )
+    w.add_argument(
         "--framework",
         choices=("megatron", "torchtitan"),
         default="megatron",
@@ -181,6 +195,8 @@ def request_from_args(args: argparse.Namespace, cal):
         peak_tflops=args.peak_tflops,
         mfu=args.mfu,
         recompute=args.recompute,
+        recompute_modules=args.recompute_modules,
+        fp8=args.fp8_format,
         virtual_stages=args.virtual_stages,
         kv_cache_dtype=args.kv_cache_dtype,
         hbm_gbps=args.hbm_gbps,

@@ -17,6 +17,14 @@ def placement_text(place: dict) -> str:
     )
 
 
+def recompute_text(req) -> str:
+    """`selective (core_attn,moe_act), fp8 e4m3`: the recompute and what it keeps in FP8."""
+    text = req.recompute
+    if req.recompute_modules:
+        text += f" ({','.join(req.recompute_modules)})"
+    return text + (f", activations fp8 {req.fp8}" if req.fp8 else "")
+
+
 def header(result, out) -> None:
 
     req, cal = result.request, result.calibration
@@ -37,7 +45,7 @@ def header(result, out) -> None:
         f"# workload: seq {req.seq}, global batch {req.batch} seqs ({req.batch * req.seq:,} "
         f"tokens), micro-batch {','.join(map(str, req.micro_batch_sizes))}, ZeRO "
         f"{','.join(map(str, req.zero_stages))}, SP {'on' if req.sequence_parallel else 'off'}, "
-        f"recompute {req.recompute}, {req.gpu_memory_gb:g} GB per GPU\n"
+        f"recompute {recompute_text(req)}, {req.gpu_memory_gb:g} GB per GPU\n"
     )
     for a in result.assumptions:
         w(f"# assumption: {a}\n")

@@ -28,6 +28,8 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
             sequence_parallel=req.sequence_parallel,
             recompute=req.recompute,
             virtual_stages=cfg.virtual_stages,
+            recompute_modules=req.recompute_modules,
+            fp8=req.fp8,
         ).as_dict()
         return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
     weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")

@@ -29,7 +29,7 @@ def lever(req: PlanRequest) -> tuple[PlanRequest, str] | None:
         return replace(req, kv_cache_dtype="fp8"), "an fp8 KV cache (--kv-cache-dtype fp8)"
     if req.recompute == "full":
         return None
-    return replace(req, recompute="full"), "full recompute (--recompute full)"
+    return replace(req, recompute="full", recompute_modules=()), "full recompute (--recompute full)"
 
 
 def replica(c: Config) -> int:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
 from commbench.traffic.layout import host_map
+from commbench.traffic.memory import check_activation_options
 from commbench.traffic.model import ModelShape
 from commbench.traffic.presets import parse_model_arg
 
@@ -52,6 +53,8 @@ class PlanRequest:
     mfu: float = DEFAULT_MFU
     hbm_gbps: float = DEFAULT_HBM_GBPS  # memory bandwidth per GPU, GB/s (inference decode)
     recompute: str = "selective"
+    recompute_modules: tuple[str, ...] = ()  # Megatron's --recompute-modules (): core_attn
+    fp8: str | None = None  # Megatron's --fp8-format: FP8 GEMM inputs cached (traffic.memory)
     kv_cache_dtype: str = "bf16"  # --mode infer: KV_CACHE_DTYPES
     grad_dtype: str = "float32"
     overlap_dp: bool = False
@@ -104,7 +107,14 @@ class PlanRequest:
             raise UsageError(
                 "--kv-cache-dtype applies to --mode infer (training keeps no KV cache)"
             )
+        if self.mode == "train":
+            check_activation_options(self.model, self.recompute, self.recompute_modules, self.fp8)
         if self.mode == "infer":
+            if self.recompute_modules or self.fp8:
+                raise UsageError(
+                    "--recompute-modules and --fp8-format apply to training (activations kept "
+                    "for backward)"
+                )
             if any(self.zero_stages):
                 raise UsageError("--zero-stage applies to training; --mode infer has no optimizer")
             if self.overlap_dp:
@@ -158,6 +168,8 @@ class PlanRequest:
             "mfu": self.mfu,
             "hbm_gbps": self.hbm_gbps,
             "recompute": self.recompute,
+            "recompute_modules": list(self.recompute_modules),
+            "fp8": self.fp8,
             "kv_cache_dtype": self.kv_cache_dtype,
             "grad_dtype": self.grad_dtype,
             "overlap_dp": self.overlap_dp,
@@ -192,6 +204,17 @@ def int_list(text: str, what: str, allowed: tuple[int, ...] | None = None) -> tu
     return vals
 
 
+def name_list(text: str | None, what: str) -> tuple[str, ...]:
+    """`core_attn,moe_act` as distinct names in order (None: none given); UsageError naming the
+    flag `what` when it names nothing."""
+    if text is None:
+        return ()
+    names = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if not names:
+        raise UsageError(f"{what} is empty")
+    return names
+
+
 def request_from_flags(
     cal: Calibration,
     *,
@@ -208,6 +231,8 @@ def request_from_flags(
     peak_tflops: float | None,
     mfu: float | None,
     recompute: str,
+    recompute_modules: str | None = None,
+    fp8: str | None = None,
     kv_cache_dtype: str = "bf16",
     hbm_gbps: float | None = None,
     grad_dtype: str,
@@ -250,6 +275,8 @@ def request_from_flags(
         mfu=mfu or DEFAULT_MFU,
         hbm_gbps=hbm_gbps or float(device.get("hbm_gbps", DEFAULT_HBM_GBPS)),
         recompute=recompute,
+        recompute_modules=name_list(recompute_modules, "--recompute-modules"),
+        fp8=fp8,
         virtual_stages=int_list(virtual_stages, "--virtual-stages"),
         kv_cache_dtype=kv_cache_dtype,
         grad_dtype=canonical_dtype(grad_dtype),
