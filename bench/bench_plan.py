@@ -19,8 +19,9 @@ fitting in memory and ranked (placements priced).
 each `commbench plan` in a fresh process, and prints its wall time and peak memory (the child's
 own maxrss, os.wait4) against its target; `--old DIR` runs the same command with PYTHONPATH=DIR
 (e.g. `git archive b36bf9c | tar -x -C DIR`) beside it, `--timeout` bounding each run.
-llama3.1-405b has 126 layers; the cases force 128 (`:layers=128`) so that every pipeline depth
-up to 128 divides them without uneven stages.
+llama3.1-405b has 126 layers: the `405b-*` cases plan it as it is (depths that do not divide
+126 get Megatron-Core's uneven split); the `405b128-*` cases force 128 (`:layers=128`) as issue
+30 did, so that the code before uneven stages can run them too (`--old`).
 """
 
 from __future__ import annotations
@@ -53,11 +54,19 @@ SEARCHES = {
 }
 
 
-M405 = "llama3.1-405b:layers=128"
+M405 = "llama3.1-405b"
+M405_128 = "llama3.1-405b:layers=128"
 TRAIN_405 = "--seq-len 8192 --global-batch 2048 --distributed-optimizer --sequence-parallel"
 # name -> (plan arguments, target seconds, target peak GB or None)
 SCALE = {
     "405b-16k": (f"--model {M405} --gpus 16384 {TRAIN_405}", 10.0, 1.5),
+    "405b-8k": (f"--model {M405} --gpus 8192 {TRAIN_405}", 10.0, 1.5),
+    "405b128-16k": (f"--model {M405_128} --gpus 16384 {TRAIN_405}", 10.0, 1.5),
+    "405b128-8k-explain-partial": (
+        f"--model {M405_128} --gpus 8192 {TRAIN_405} --explain tp8-pp16",
+        2.0,
+        None,
+    ),
     "405b-8k-explain": (
         f"--model {M405} --gpus 8192 {TRAIN_405} --explain tp8-cp1-pp16",
         2.0,
@@ -74,8 +83,8 @@ SCALE = {
         2.0,
         None,
     ),
-    "405b-65k-explain-pp128": (
-        f"--model {M405} --gpus 65536 --seq-len 8192 --global-batch 16384 --explain tp8-cp1-pp128",
+    "405b128-65k-explain-pp128": (
+        f"--model {M405_128} --gpus 65536 --seq-len 8192 --global-batch 16384 --explain tp8-cp1-pp128",
         2.0,
         None,
     ),

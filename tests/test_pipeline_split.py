@@ -74,6 +74,7 @@ def test_the_search_split(layers, p, want):
         (10, 4, PipelineSplit(5, 5), "0 layers left"),
         (10, 2, PipelineSplit(3, 3), "hold 6 of the 10 layers"),
         (10, 3, PipelineSplit(), "pp=3 does not divide the 10 layers"),
+        (126, 128, PipelineSplit(), "pp=128 is more stages than the 126 layers"),
         (3, 5, PipelineSplit(account_for_embedding_in_pipeline_split=True,
                              account_for_loss_in_pipeline_split=True), "without layers"),
     ],

@@ -134,6 +134,10 @@ def stage_counts(layers: int, pp: int, split: PipelineSplit = PipelineSplit()) -
     e = int(split.account_for_embedding_in_pipeline_split)
     lo = int(split.account_for_loss_in_pipeline_split)
     slots = layers + e + lo
+    if pp > layers:
+        raise UsageError(
+            f"pp={pp} is more stages than the {layers} layers: a stage would be without layers"
+        )
     if slots % pp:
         what = f"{layers} layers" + (f" (+{e + lo} for embedding/loss)" if e + lo else "")
         raise UsageError(f"pp={pp} does not divide the {what}")
