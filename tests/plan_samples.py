@@ -14,6 +14,8 @@ from commbench.calibration.series_key import SeriesKey
 from commbench.fit import calibrate
 from commbench.fit.collect import Collected, SeriesData
 from commbench.ops import bus_factor
+from commbench.plan import Config, PlanRequest
+from commbench.traffic import presets as models
 
 ALPHA_S = 20e-6  # stated latency per op (synthetic)
 BUSBW = 2e9  # stated bus bandwidth, B/s (synthetic)
@@ -56,3 +58,15 @@ def synthetic_calibration(
     ]
     doc, _, _ = calibrate.build(Collected(series, Counter(), runs))
     return Calibration(doc, "synthetic-calibration")
+
+
+def config(tp=1, cp=1, ep=1, dp=1, pp=1, b=1, m=1, z=0) -> Config:
+    """A planner Config by its degrees, micro-batch size b, micro-batches m and ZeRO stage z."""
+    return Config(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, micro_batch=b, micro_batches=m, zero_stage=z)
+
+
+def req(model="llama-7b", gpus=8, **kw) -> PlanRequest:
+    """A PlanRequest for a preset, 8 GPUs a node and H100's dense bf16 peak by default."""
+    kw.setdefault("gpus_per_node", 8)
+    kw.setdefault("peak_tflops", 989.4)
+    return PlanRequest(model=models.get_model(model), gpus=gpus, **kw)

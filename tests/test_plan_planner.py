@@ -8,16 +8,14 @@ import json
 import re
 
 import pytest
-from plan_samples import ALPHA_S, BUSBW, stated_time, synthetic_calibration
+from plan_samples import ALPHA_S, BUSBW, config, req, stated_time, synthetic_calibration
 
 from commbench import calibration
 from commbench.calibration import reference
 from commbench.calibration.pricing import Evaluator, busiest_bytes
 from commbench.errors import UsageError
 from commbench.plan import (
-    Config,
     Planner,
-    PlanRequest,
     explain,
     flops_per_token,
     memory,
@@ -39,16 +37,6 @@ KiB, GiB = 1 << 10, 1 << 30
 @pytest.fixture(scope="module")
 def ref():
     return calibration.load(reference.shipped_path(), kind="reference")
-
-
-def config(tp=1, cp=1, ep=1, dp=1, pp=1, b=1, m=1, z=0) -> Config:
-    return Config(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, micro_batch=b, micro_batches=m, zero_stage=z)
-
-
-def req(model="llama-7b", gpus=8, **kw) -> PlanRequest:
-    kw.setdefault("gpus_per_node", 8)
-    kw.setdefault("peak_tflops", 989.4)
-    return PlanRequest(model=models.get_model(model), gpus=gpus, **kw)
 
 
 # ---- the reference calibration ----------------------------------------------------------------

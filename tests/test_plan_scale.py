@@ -4,28 +4,18 @@ without listing groups, partial --explain configs, and the KV-cache dtype."""
 from __future__ import annotations
 
 import pytest
+from plan_samples import config, req
 
 from commbench import calibration
 from commbench.calibration import reference
-from commbench.plan import Config, Planner, PlanRequest, explain
+from commbench.plan import Config, Planner, explain
 from commbench.plan.planner import PP_BASE
-from commbench.traffic import presets as models
 from commbench.traffic.layout import ParallelLayout
 
 
 @pytest.fixture(scope="module")
 def ref():
     return calibration.load(reference.shipped_path(), kind="reference")
-
-
-def config(tp=1, cp=1, ep=1, dp=1, pp=1, b=1, m=1, z=0) -> Config:
-    return Config(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, micro_batch=b, micro_batches=m, zero_stage=z)
-
-
-def req(model="llama-7b", gpus=8, **kw) -> PlanRequest:
-    kw.setdefault("gpus_per_node", 8)
-    kw.setdefault("peak_tflops", 989.4)
-    return PlanRequest(model=models.get_model(model), gpus=gpus, **kw)
 
 
 # ---- the 1F1B extension ---------------------------------------------------------------------
