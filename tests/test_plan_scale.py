@@ -71,7 +71,7 @@ def test_placement_from_strides_equals_the_listed_groups(world, gpn, degrees):
 
     nodes = host_map(world, ranks_per_node=gpn)
     lay = ParallelLayout(world, nodes=nodes, **degrees)
-    for axis in ("tp", "cp", "dp", "pp", "dp-cp", "ep", "edp", "tp-cp"):
+    for axis in ("tp", "cp", "dp", "pp", "dp-cp", "ep", "edp", "tp-cp", "pp_ends"):
         info, got = lay.info(axis), axis_placement(lay, axis, gpn)
         assert (got.size, got.stride, got.hosts_spanned, got.link_class) == (
             info.size,

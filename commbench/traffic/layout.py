@@ -28,11 +28,14 @@ class Axis(StrEnum):
     EP = "ep"  # expert parallel
     DP = "dp"  # data parallel
     PP = "pp"  # pipeline parallel
+    PP_ENDS = "pp_ends"  # the first and last stage of each pipeline (Megatron's embedding group)
     EDP = "edp"  # expert data parallel: replicas of each expert shard
     GROUP = "group"  # a primitive sweep's group (sweep_mesh)
     REST = "rest"  # the sweep mesh's other axis
     WORLD = "world"  # every rank
 
+
+ENDS = "_ends"  # `pp_ends`: the first and last rank of each group of the axis before it
 
 DEFAULT_ORDER = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
 EXPERT_AXES = (Axis.TP, Axis.EP, Axis.EDP, Axis.PP)
@@ -107,7 +110,14 @@ class Mesh:
 
     def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
         """Rank lists of the groups along `axis`; `"dp-cp"` joins axes (positions follow the
-        mesh order, so a joined group lists its ranks in ascending order)."""
+        mesh order, so a joined group lists its ranks in ascending order); `<axis>_ends` keeps
+        the first and last rank of each of the axis's groups (`pp_ends`: Megatron-LM's
+        embedding group, parallel_state._EMBEDDING_GLOBAL_RANKS = pipeline ranks [0] and [-1])."""
+        if axis.endswith(ENDS):
+            base = axis[: -len(ENDS)]
+            if "-" in base:
+                raise UsageError(f"axis {axis!r}: {ENDS} follows one axis, not {base!r}")
+            return tuple(tuple(dict.fromkeys((g[0], g[-1]))) for g in self.groups(base))
         names = axis.split("-")
         for n in names:
             if n not in self.axes:
