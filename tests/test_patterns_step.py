@@ -294,6 +294,32 @@ def test_tied_embedding_pp3_runs_under_mpirun_with_correct_data(tmp_path, world)
     assert tied and all(r["group_size"] == 2 and r["groups"] == world // 3 for r in tied)
 
 
+def test_hierarchical_cp_runs_under_mpirun_and_bad_sizes_exit_2(tmp_path):
+    """A step with cp_comm_type a2a+p2p over cp 4 as [2, 2] on 4 ranks: the all-to-alls on
+    the blocks {0,1} {2,3}, the ring on {0,2} {1,3}, every point's data checked; sizes that do
+    not multiply to cp are one message, exit 2."""
+    suite = tmp_path / "hcp.yaml"
+    suite.write_text(
+        "description: a2a+p2p\ntiming: {budget: 0.01, min_iters: 2, max_iters: 3}\n"
+        "max_bytes: 4M\nruns:\n  - pattern: step\n    name: hcp\n    models:\n"
+        "      - {name: tiny, layers: 2, hidden: 128, ffn_hidden: 256, heads: 4, kv_heads: 2, "
+        "vocab: 512, seq_len: 64}\n    degrees: {cp: 4}\n    options: {micro_batches: 2, "
+        "cp_comm_type: a2a+p2p, hierarchical_context_parallel_sizes: [2, 2]}\n"
+    )
+    job = run_mpi(4, "suite", str(suite), "--results", str(tmp_path), "--run-id", "h",
+                  timeout=200)  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of 1 (checked)" in job.stdout
+    recs = [r for r in read_run(tmp_path / "h").records if r.get("kind") == "step"]
+    assert {(r["axis"], r["op"]) for r in recs if r["axis"].startswith("cp")} == {
+        ("cp_in2", "alltoall"), ("cp_out2", "sendrecv"),
+    }  # fmt: skip
+    bad = run_single("suite", str(suite), "--dry-run", "--world", "4",
+                     "--set", "hierarchical_context_parallel_sizes=[4,2]")  # fmt: skip
+    assert bad.returncode == 2 and "4 x 2 = 8, not cp = 4" in bad.output
+    assert "Traceback" not in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
 def test_megatron_ddp_buckets_one_per_buffer_or_4e7_with_overlap():
     """Megatron-Core's DDP (param_and_grad_buffer.py): one bucket per grad buffer, or with
     overlap_grad_reduce whole tensors up to max(4e7, 1e6 dp cp) elements; llama-7b at tp 2

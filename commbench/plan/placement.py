@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ENDS, Axis, Mesh, ParallelLayout
+from commbench.traffic.layout import ENDS, SUB_AXIS, Axis, Mesh, ParallelLayout
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,16 @@ def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> Axi
     """Size, stride, hosts spanned and link class of `axis`'s groups on nodes of
     `gpus_per_node` ranks (rank r on node r // gpus_per_node, as host_map numbers them)."""
     mesh = mesh_of(layout, axis)
+    sub = SUB_AXIS.match(axis)
+    if sub:  # the axis's dim split in two (a, dim / a): blocks are the first, across the second
+        (k,), _ = _split(mesh, sub.group(1))
+        a = int(sub.group(3))
+        if mesh.dims[k] % a:
+            raise UsageError(f"axis {axis!r}: {a} does not divide the size {mesh.dims[k]}")
+        dims = (*mesh.dims[:k], a, mesh.dims[k] // a, *mesh.dims[k + 1 :])
+        own_k = k if sub.group(2) == "in" else k + 1
+        size, stride, spanned = _place(dims, (own_k,), gpus_per_node)
+        return AxisPlacement(axis, size, stride, spanned, "intra" if spanned == 1 else "inter")
     ends = axis.endswith(ENDS)
     own, _ = _split(mesh, axis[: -len(ENDS)] if ends else axis)
     size, stride, spanned = _place(mesh.dims, tuple(own), gpus_per_node, ends)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import framework
+from commbench.traffic.patterns import cp, framework
 from commbench.traffic.patterns.base import check
 from commbench.traffic.program import Program, Step
 
@@ -39,12 +39,14 @@ class Options(framework.Options):
     bucket_mb: float | None = None
     overlap_grad_reduce: bool = False
     cp_comm_type: str | None = None
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None  # a2a+p2p's [a2a, p2p]
     compute_ms: float = 0.0
     backward_factor: float = 2.0
     virtual_stages: int = 1  # > 1: interleaved 1F1B, as pattern pp's
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        cp.check_hierarchical(self.cp_comm_type, self.hierarchical_context_parallel_sizes)
         if self.zero_stage not in (0, 1, 2, 3):
             raise UsageError(f"zero_stage {self.zero_stage!r}: choose from 0, 1, 2, 3")
         if self.distributed_optimizer and self.zero_stage:
