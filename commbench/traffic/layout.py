@@ -128,11 +128,13 @@ class Mesh:
         sub = SUB_AXIS.match(axis)
         if sub:
             full, kind, a = self.groups(sub.group(1)), sub.group(2), int(sub.group(3))
-            n = len(full[0])
-            if a < 1 or n % a:
-                raise UsageError(f"axis {axis!r}: {a} does not divide the {sub.group(1)} size {n}")
+            size = len(full[0])
+            if a < 1 or size % a:
+                raise UsageError(
+                    f"axis {axis!r}: {a} does not divide the {sub.group(1)} size {size}"
+                )
             if kind == "in":
-                return tuple(g[i : i + a] for g in full for i in range(0, n, a))
+                return tuple(g[i : i + a] for g in full for i in range(0, size, a))
             return tuple(g[j::a] for g in full for j in range(a))
         names = axis.split("-")
         for n in names:
