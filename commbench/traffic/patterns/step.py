@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import cp, framework
+from commbench.traffic.patterns import cp, framework, pp
 from commbench.traffic.patterns.base import check
 from commbench.traffic.program import Program, Step
 
@@ -43,10 +43,12 @@ class Options(framework.Options):
     compute_ms: float = 0.0
     backward_factor: float = 2.0
     virtual_stages: int = 1  # > 1: interleaved 1F1B, as pattern pp's
+    pp_schedule: str | None = None  # torchtitan: torch's schedule class, as pattern pp's
 
     def __post_init__(self) -> None:
         super().__post_init__()
         cp.check_hierarchical(self.cp_comm_type, self.hierarchical_context_parallel_sizes)
+        pp.check_schedule(self.pp_schedule, self.framework, self.virtual_stages)
         if self.zero_stage not in (0, 1, 2, 3):
             raise UsageError(f"zero_stage {self.zero_stage!r}: choose from 0, 1, 2, 3")
         if self.distributed_optimizer and self.zero_stage:
