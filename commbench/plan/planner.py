@@ -144,9 +144,9 @@ class Planner:
             opts = {
                 k: v
                 for k, v in self.workload(cfg).items()
-                if k in ("seq_len", "micro_batch", "sequence_parallel", "framework")
+                if k in ("seq_len", "micro_batch", "sequence_parallel")
             }
-            opts.update(self.pp_options(cfg, micro_batches))
+            opts.update(self.pp_options(cfg, micro_batches), framework=self.req.framework)
             model = self.req.model.for_pipeline(cfg.pp)
             hit = self._programs[key] = patterns.build(name, layout, model, opts)
         return hit
