@@ -194,6 +194,9 @@ def test_cp_a2a_plus_p2p_bad_sizes(extra, message):
         cp.build(ParallelLayout(4, cp=4), TINY_GQA, cp.Options(**opts))
     with pytest.raises(UsageError, match="a2a\\+p2p takes hierarchical"):
         cp.Options(seq_len=64, cp_comm_type="p2p", hierarchical_context_parallel_sizes=(2, 2))
+    step_opts = {**opts, "hierarchical_context_parallel_sizes": (2, 2)}
+    with pytest.raises(UsageError, match=r"\[2, 2\] with cp = 1"):
+        patterns.build("step", ParallelLayout(4), TINY_GQA, step_opts)
 
 
 PHASES = ("forward", "backward")

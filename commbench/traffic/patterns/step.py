@@ -94,6 +94,9 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     """The Program of one training step on the busiest rank, in Megatron-Core's order."""
     seq = options.seq(model)
     check(layout, model, seq, options.sequence_parallel or (model.is_moe and layout.ep > 1))
+    sizes = options.hierarchical_context_parallel_sizes
+    if sizes is not None and layout.cp == 1 and sizes != (1, 1):  # no cp Program to say so
+        raise UsageError(f"hierarchical_context_parallel_sizes {list(sizes)} with cp = 1")
     progs = parts(layout, model, options)
     progs[framework.NAME] = framework.build(layout, model, options)
     extra = framework.parts(layout, model, options)
