@@ -29,6 +29,15 @@ def test_every_pp_schedule_completes_under_nccl_rules_when_fused(compute):
         assert nccl_deadlock(groups(sched)) is None, (p, m)
 
 
+@pytest.mark.parametrize("compute", [(0.0, 0.0), (1e-3, 2e-3)])
+def test_gpipe_completes_under_nccl_rules(compute):
+    """torch's ScheduleGPipe order (pp_schedule, framework torchtitan): all forwards, then
+    all backwards, fused as the runner posts them, completes on every (p, m) of the grid."""
+    for p, m in GRID:
+        sched = pp.schedule(p, m, 4096, *compute, order=pp.gpipe)
+        assert nccl_deadlock(groups(sched)) is None, (p, m)
+
+
 def test_the_old_unbatched_order_deadlocks_under_nccl_rules():
     for p, m in GRID:
         sched = pp.schedule(p, m, 4096)

@@ -139,6 +139,66 @@ def test_cp_comm_types():
         cp.Options(cp_comm_type="ring")
 
 
+TINY_GQA = ModelShape(name="tiny-gqa", layers=3, hidden=128, ffn_hidden=256, heads=4,
+                      kv_heads=2, vocab=512)  # fmt: skip
+
+
+def test_cp_a2a_plus_p2p_hierarchical():
+    """Megatron's a2a+p2p with hierarchical_context_parallel_sizes [2, 2] at cp 4 (TE
+    AttnFuncWithCPAndKVP2P with two groups): per layer pass, Q, K, V all-to-all inside the
+    blocks {0,1} {2,3} of cp (cp_in2), the K,V ring over {0,2} {1,3} (cp_out2), O back; the
+    backward O and dO, the ring's 2 units, dQ, dK, dV. Tiny GQA model, s 64, b 1, bf16: a
+    rank's local Q is 16 tokens x 128 x 2 B = 4 KiB, K (2 KV heads of 32) 2 KiB, the ring's
+    K,V unit 16 x (64 + 64) x 2 B = 4 KiB; 3 layers x 2 micro-batches = 6 passes."""
+    lay = ParallelLayout(4, cp=4)
+    opts = {"seq_len": 64, "micro_batches": 2, "cp_comm_type": "a2a+p2p",
+            "hierarchical_context_parallel_sizes": (2, 2)}  # fmt: skip
+    prog = cp.build(lay, TINY_GQA, cp.Options(**opts))
+    got = [(s.op, s.axis, s.phase, s.nbytes, s.repeat) for s in prog.steps]
+    assert got == [
+        ("alltoall", "cp_in2", "forward", 4096, 6),  # Q
+        ("alltoall", "cp_in2", "forward", 2048, 12),  # K, V
+        ("sendrecv", "cp_out2", "forward", 4096, 6),  # r - 1 = 1 ring hop
+        ("alltoall", "cp_in2", "forward", 4096, 6),  # O
+        ("alltoall", "cp_in2", "backward", 4096, 12),  # O, dO
+        ("sendrecv", "cp_out2", "backward", 4096, 12),  # K,V first, dK,dV last
+        ("alltoall", "cp_in2", "backward", 4096, 6),  # dQ
+        ("alltoall", "cp_in2", "backward", 2048, 12),  # dK, dV
+    ]
+    assert lay.groups("cp_in2") == ((0, 1), (2, 3)) and lay.groups("cp_out2") == ((0, 2), (1, 3))
+    # one level of size 1 runs on cp itself: [1, 4] is the p2p ring (on axis cp), [4, 1] a2a
+    ring = cp.build(
+        lay, TINY_GQA, cp.Options(**{**opts, "hierarchical_context_parallel_sizes": (1, 4)})
+    )
+    plain = cp.build(lay, TINY_GQA, cp.Options(seq_len=64, micro_batches=2))
+    assert ring.steps == plain.steps
+    mha = ModelShape(**{**TINY_GQA.__dict__, "kv_heads": 4})
+    a2a_only = cp.build(
+        lay, mha, cp.Options(**{**opts, "hierarchical_context_parallel_sizes": (4, 1)})
+    )
+    assert {(s.op, s.axis) for s in a2a_only.steps} == {("alltoall", "cp")}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"hierarchical_context_parallel_sizes": (2, 3)}, r"2 x 3 = 6, not cp = 4"),
+        ({"hierarchical_context_parallel_sizes": (4,)}, "give two positive sizes"),
+        ({"hierarchical_context_parallel_sizes": None}, "a2a\\+p2p takes hierarchical"),
+        ({"hierarchical_context_parallel_sizes": (4, 1)}, "must divide the 4 heads and 2 KV"),
+    ],
+)
+def test_cp_a2a_plus_p2p_bad_sizes(extra, message):
+    opts = {"seq_len": 64, "cp_comm_type": "a2a+p2p", **extra}
+    with pytest.raises(UsageError, match=message):
+        cp.build(ParallelLayout(4, cp=4), TINY_GQA, cp.Options(**opts))
+    with pytest.raises(UsageError, match="a2a\\+p2p takes hierarchical"):
+        cp.Options(seq_len=64, cp_comm_type="p2p", hierarchical_context_parallel_sizes=(2, 2))
+    step_opts = {**opts, "hierarchical_context_parallel_sizes": (2, 2)}
+    with pytest.raises(UsageError, match=r"\[2, 2\] with cp = 1"):
+        patterns.build("step", ParallelLayout(4), TINY_GQA, step_opts)
+
+
 PHASES = ("forward", "backward")
 
 

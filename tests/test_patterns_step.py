@@ -242,6 +242,84 @@ def test_megatron_tied_embedding_expert_bias_and_batch_per_stage():
     assert [s.axis for s in titan.steps if s.label.startswith("expert-bias")] == ["tp", "dp"]
 
 
+TIED = ModelShape(name="tiny-tied", layers=3, hidden=128, ffn_hidden=256, heads=4, kv_heads=4,
+                  vocab=512, tied_embeddings=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("pp", [3, 4, 6])
+def test_megatron_tied_embedding_group_is_first_and_last_stage(pp):
+    """pp > 2: the word-embedding grad all-reduce runs over Megatron's embedding group, each
+    pipeline's first and last rank (parallel_state._EMBEDDING_GLOBAL_RANKS), axis pp_ends:
+    at tp 2 dp 2 the pipelines are ranks {r + 4 i}, so their ends are (r, r + 4 (pp - 1))."""
+    model = ModelShape(**{**TIED.__dict__, "layers": 12})
+    lay = ParallelLayout(4 * pp, tp=2, pp=pp)
+    prog = patterns.build("step", lay, model, {"seq_len": 64})
+    tied = by_label(prog, "tied embedding grad")
+    assert (tied.op, tied.axis, tied.dtype, tied.repeat) == ("allreduce", "pp_ends", "float32", 1)
+    assert tied.nbytes == 4 * 512 * 128 // 2  # V h / t fp32
+    assert lay.groups("pp_ends") == tuple((r, r + 4 * (pp - 1)) for r in range(4))
+    info = lay.info("pp_ends")
+    assert (info.size, info.stride) == (2, 4 * (pp - 1))
+    two = patterns.build("step", ParallelLayout(8, tp=2, pp=2), model, {"seq_len": 64})
+    assert by_label(two, "tied embedding grad").axis == "pp"  # the pp group is that pair
+    untied = ModelShape(**{**model.__dict__, "tied_embeddings": False})
+    assert "tied embedding" not in str(patterns.build("step", lay, untied, {"seq_len": 64}))
+
+
+def test_ends_axis_bad_input_is_one_message():
+    with pytest.raises(UsageError, match="_ends follows one axis"):
+        ParallelLayout(8, tp=2, pp=2).groups("tp-pp_ends")
+
+
+@pytest.mark.parametrize("world", [3, 6])
+def test_tied_embedding_pp3_runs_under_mpirun_with_correct_data(tmp_path, world):
+    """A suite step of a tied tiny model at pp 3 (tp 1 and 2): the embedding grad all-reduce
+    runs on the 2-rank groups of the first and last stage (the middle stage sits it out),
+    every point's data checked."""
+    suite = tmp_path / "tied.yaml"
+    suite.write_text(
+        "description: tied embeddings over pp 3\n"
+        "timing: {budget: 0.01, min_iters: 2, max_iters: 3}\nmax_bytes: 4M\n"
+        "runs:\n  - pattern: step\n    name: tied-pp3\n    models:\n"
+        "      - {name: tiny-tied, layers: 3, hidden: 128, ffn_hidden: 256, heads: 4, "
+        "kv_heads: 4, vocab: 512, seq_len: 64, tied_embeddings: true}\n"
+        f"    degrees: {{tp: {world // 3}, pp: 3}}\n    options: {{micro_batches: 3}}\n"
+    )
+    job = run_mpi(world, "suite", str(suite), "--results", str(tmp_path), "--run-id", "t",
+                  timeout=200)  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of 1 (checked)" in job.stdout
+    run = read_run(tmp_path / "t")
+    tied = [r for r in run.records if r.get("kind") == "step" and r.get("axis") == "pp_ends"]
+    assert tied and all(r["group_size"] == 2 and r["groups"] == world // 3 for r in tied)
+
+
+def test_hierarchical_cp_runs_under_mpirun_and_bad_sizes_exit_2(tmp_path):
+    """A step with cp_comm_type a2a+p2p over cp 4 as [2, 2] on 4 ranks: the all-to-alls on
+    the blocks {0,1} {2,3}, the ring on {0,2} {1,3}, every point's data checked; sizes that do
+    not multiply to cp are one message, exit 2."""
+    suite = tmp_path / "hcp.yaml"
+    suite.write_text(
+        "description: a2a+p2p\ntiming: {budget: 0.01, min_iters: 2, max_iters: 3}\n"
+        "max_bytes: 4M\nruns:\n  - pattern: step\n    name: hcp\n    models:\n"
+        "      - {name: tiny, layers: 2, hidden: 128, ffn_hidden: 256, heads: 4, kv_heads: 2, "
+        "vocab: 512, seq_len: 64}\n    degrees: {cp: 4}\n    options: {micro_batches: 2, "
+        "cp_comm_type: a2a+p2p, hierarchical_context_parallel_sizes: [2, 2]}\n"
+    )
+    job = run_mpi(4, "suite", str(suite), "--results", str(tmp_path), "--run-id", "h",
+                  timeout=200)  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of 1 (checked)" in job.stdout
+    recs = [r for r in read_run(tmp_path / "h").records if r.get("kind") == "step"]
+    assert {(r["axis"], r["op"]) for r in recs if r["axis"].startswith("cp")} == {
+        ("cp_in2", "alltoall"), ("cp_out2", "sendrecv"),
+    }  # fmt: skip
+    bad = run_single("suite", str(suite), "--dry-run", "--world", "4",
+                     "--set", "hierarchical_context_parallel_sizes=[4,2]")  # fmt: skip
+    assert bad.returncode == 2 and "4 x 2 = 8, not cp = 4" in bad.output
+    assert "Traceback" not in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
 def test_megatron_ddp_buckets_one_per_buffer_or_4e7_with_overlap():
     """Megatron-Core's DDP (param_and_grad_buffer.py): one bucket per grad buffer, or with
     overlap_grad_reduce whole tensors up to max(4e7, 1e6 dp cp) elements; llama-7b at tp 2

@@ -383,3 +383,26 @@ def test_a_pipeline_pays_the_inter_node_link_only_between_stages_on_two_nodes(re
     assert pp_pattern.stage_links(wide.groups("pp"), nodes) == ("inter",)
     forced = ev.program(prog, layout, link_classes={"pp": "inter"})
     assert forced.comm_s == pytest.approx(all_inter)
+
+
+def test_tied_embedding_grad_priced_over_the_first_and_last_stage(ref):
+    """gpt3-175b (tied embeddings) at tp 8 dp 2 pp 4 on nodes of 8: Megatron's embedding group
+    is each pipeline's first and last rank (ranks r and r + 48: axis pp_ends, 2 ranks on two
+    nodes); the planner's price of the step Program (plan --verify's) holds its V h / t fp32
+    gradient all-reduce as one all-reduce of 2 inter-node ranks."""
+    from commbench.plan.verify import predicted, step_program
+
+    planner, cfg = (
+        Planner(req("gpt3-175b", 64, zero_stages=(0,)), ref),
+        config(tp=8, dp=2, pp=4, m=8),
+    )
+    prog = step_program(planner.req, cfg)
+    (tied,) = [s for s in prog.steps if s.label == "tied embedding grad"]
+    gpt3 = models.get_model("gpt3-175b")
+    assert (tied.axis, tied.nbytes) == ("pp_ends", 4 * round(gpt3.vocab * gpt3.hidden / 8))
+    lay = cfg.layout(64, ())
+    assert planner.placement(lay, ["pp_ends"])["pp_ends"] == {
+        "size": 2, "link_class": "inter", "hosts_spanned": 2, "stride": 48,
+    }  # fmt: skip
+    same = Evaluator(ref).step(0, tied, 2, "inter")
+    assert same.total_s and predicted(planner, cfg, prog)["pp_ends"] == pytest.approx(same.total_s)

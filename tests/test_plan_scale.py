@@ -48,6 +48,7 @@ LAYOUTS = [
     (96, 8, dict(tp=4, ep=6, dp=12, pp=2, order=tuple("dp-tp-cp-ep-pp".split("-")))),
     (72, 72, dict(tp=4, dp=9, pp=2)),  # one NVL72-like node
     (24, 8, dict(cp=3, dp=4, pp=2, order=tuple("cp-dp-tp-ep-pp".split("-")))),
+    (48, 6, dict(tp=2, cp=4, dp=3, pp=2)),  # cp 4's blocks of 2 and their strided partners
     (16, 4, dict(tp=1, dp=1, pp=16)),
 ]
 
@@ -61,7 +62,9 @@ def test_placement_from_strides_equals_the_listed_groups(world, gpn, degrees):
 
     nodes = host_map(world, ranks_per_node=gpn)
     lay = ParallelLayout(world, nodes=nodes, **degrees)
-    for axis in ("tp", "cp", "dp", "pp", "dp-cp", "ep", "edp", "tp-cp"):
+    cp = degrees.get("cp", 1)
+    sub = [f"cp_{k}{a}" for a in range(1, cp + 1) if cp % a == 0 for k in ("in", "out")]
+    for axis in ("tp", "cp", "dp", "pp", "dp-cp", "ep", "edp", "tp-cp", "pp_ends", *sub):
         info, got = lay.info(axis), axis_placement(lay, axis, gpn)
         assert (got.size, got.stride, got.hosts_spanned, got.link_class) == (
             info.size,

@@ -37,9 +37,9 @@ CONFIGS = {
     "fsdp-bf16": (2, {}, {"micro_batches": 2, "zero_stage": 3, "dtype": "bfloat16"}),
     "ddp": (2, {}, {"micro_batches": 1, "bucket_mb": 0.5}),
     "tp-fsdp": (4, {"tp": 2}, {"micro_batches": 2, "zero_stage": 3, "sequence_parallel": True}),
-    # GPipe issues 1F1B's sends and receives in another order: the same multiset
-    "pp-1f1b": (2, {"pp": 2}, {"micro_batches": 4}),
-    "pp-gpipe": (2, {"pp": 2}, {"micro_batches": 4}),
+    # GPipe issues 1F1B's sends and receives in its own order (test_pipeline_order)
+    "pp-1f1b": (2, {"pp": 2}, {"micro_batches": 4, "pp_schedule": "Schedule1F1B"}),
+    "pp-gpipe": (2, {"pp": 2}, {"micro_batches": 4, "pp_schedule": "ScheduleGPipe"}),
     # a TE/Megatron-style p2p ring (tests/pytorch_jobs/ring.py), FSDP2 over the cp ranks
     "cp-ring": (2, {"cp": 2}, {"micro_batches": 2, "zero_stage": 3, "cp_comm_type": "p2p"}),
     # torchtitan's EP (4 experts, top 2) over the 2 dp ranks, a balanced router: the
@@ -123,6 +123,20 @@ def test_torchtitan_program_matches_real_pytorch(op_logs, config):
             f"issued but not modelled {dict(extra)}"
         )
         assert sum(got.values()) > 0
+
+
+@pytest.mark.parametrize("config", ["pp-1f1b", "pp-gpipe"])
+def test_pipeline_order(op_logs, config):
+    """Each stage's sends and receives in the order torch's schedule issued them, against the
+    order of the pp_schedule's action list on that stage (GPipe: every forward's, then every
+    backward's; 1F1B: interleaved)."""
+    layout, prog = program(config)
+    (step,) = [s for s in prog.steps if s.schedule is not None]
+    for rank in range(2):
+        doc = json.loads((op_logs / config / f"rank{rank}.json").read_text())
+        got = [o["op"] for o in doc["ops"] if o["op"] in ("send", "recv")]
+        want = [a.kind for a in step.schedule[rank] if a.kind != "compute"]
+        assert got == want, (config, rank)
 
 
 def test_ring_attention_is_exact():

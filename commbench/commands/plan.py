@@ -110,6 +110,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "torchtitan applies it (docs/frameworks.md; default: megatron)",
     )
     w.add_argument(
+        "--pp-schedule",
+        choices=("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B"),
+        default=None,
+        help="with --framework torchtitan: torch.distributed.pipelining's schedule class "
+        "(ScheduleInterleaved1F1B with --virtual-stages 2 or more; default: 1F1B, "
+        "interleaved with --virtual-stages; docs/frameworks.md)",
+    )
+    w.add_argument(
         "--kv-cache-dtype",
         choices=("bf16", "fp8", "int8"),
         default="bf16",
@@ -206,6 +214,7 @@ def request_from_args(args: argparse.Namespace, cal):
         extrapolate=args.extrapolate,
         backend=args.backend,
         framework=args.framework,
+        pp_schedule=args.pp_schedule,
     )
 
 

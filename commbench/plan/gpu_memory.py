@@ -30,6 +30,7 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
             virtual_stages=cfg.virtual_stages,
             recompute_modules=req.recompute_modules,
             fp8=req.fp8,
+            gpipe=req.pp_schedule == "ScheduleGPipe",
         ).as_dict()
         return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
     weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")

@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import Axis, Mesh, ParallelLayout
+from commbench.traffic.layout import ENDS, SUB_AXIS, Axis, Mesh, ParallelLayout
 
 
 @dataclass(frozen=True)
@@ -60,15 +60,16 @@ def _residues(dims: tuple[int, ...], strides: list[int], axes: list[int], g: int
 
 
 @lru_cache(maxsize=4096)
-def _place(dims: tuple[int, ...], own: tuple[int, ...], g: int) -> tuple[int, int, int]:
+def _place(
+    dims: tuple[int, ...], own: tuple[int, ...], g: int, ends: bool = False
+) -> tuple[int, int, int]:
     """(size, stride, hosts spanned) of the groups over mesh axes `own` of a mesh of `dims`
-    with g ranks per node."""
+    with g ranks per node; `ends`: only the first and last coordinate of the (one) own axis."""
     strides = [prod(dims[:k]) for k in range(len(dims))]
     offsets = np.zeros(1, dtype=np.int64)
     for k in own:
-        offsets = (
-            offsets[None, :] + np.arange(dims[k], dtype=np.int64)[:, None] * strides[k]
-        ).ravel()
+        coords = np.unique([0, dims[k] - 1]) if ends else np.arange(dims[k])
+        offsets = (offsets[None, :] + coords.astype(np.int64)[:, None] * strides[k]).ravel()
     offsets.sort()
     size = len(offsets)
     steps = set(np.diff(offsets).tolist())
@@ -85,8 +86,19 @@ def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> Axi
     """Size, stride, hosts spanned and link class of `axis`'s groups on nodes of
     `gpus_per_node` ranks (rank r on node r // gpus_per_node, as host_map numbers them)."""
     mesh = mesh_of(layout, axis)
-    own, _ = _split(mesh, axis)
-    size, stride, spanned = _place(mesh.dims, tuple(own), gpus_per_node)
+    sub = SUB_AXIS.match(axis)
+    if sub:  # the axis's dim split in two (a, dim / a): blocks are the first, across the second
+        (k,), _ = _split(mesh, sub.group(1))
+        a = int(sub.group(3))
+        if mesh.dims[k] % a:
+            raise UsageError(f"axis {axis!r}: {a} does not divide the size {mesh.dims[k]}")
+        dims = (*mesh.dims[:k], a, mesh.dims[k] // a, *mesh.dims[k + 1 :])
+        own_k = k if sub.group(2) == "in" else k + 1
+        size, stride, spanned = _place(dims, (own_k,), gpus_per_node)
+        return AxisPlacement(axis, size, stride, spanned, "intra" if spanned == 1 else "inter")
+    ends = axis.endswith(ENDS)
+    own, _ = _split(mesh, axis[: -len(ENDS)] if ends else axis)
+    size, stride, spanned = _place(mesh.dims, tuple(own), gpus_per_node, ends)
     return AxisPlacement(axis, size, stride, spanned, "intra" if spanned == 1 else "inter")
 
 

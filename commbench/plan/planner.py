@@ -33,6 +33,7 @@ from commbench.traffic.program import Program
 
 # the patterns whose Program is the 1F1B schedule: they get the compute model's options
 PIPELINE = tuple(s.name for s in patterns.PATTERNS.values() if s.role is Role.PIPELINE)
+GPIPE = "ScheduleGPipe"  # torch's schedule class with all forwards first (pattern pp)
 PP_BASE = 8  # micro-batches a long 1F1B schedule is simulated with before it is extended
 
 
@@ -72,8 +73,9 @@ class Planner:
         """The pipeline pattern's options: forward compute per micro-batch from the compute
         model (backward twice that), `micro_batches` of them."""
         fwd_s = 0.0 if self.compute_s is None else self.compute_s / cfg.micro_batches / 3.0
+        gpipe = {"pp_schedule": GPIPE} if self.req.pp_schedule == GPIPE else {}
         return {"compute_ms": fwd_s * 1e3, "backward_factor": 2.0, "micro_batches": micro_batches,
-                "virtual_stages": cfg.virtual_stages}  # fmt: skip
+                "virtual_stages": cfg.virtual_stages, **gpipe}  # fmt: skip
 
     def pp_simulated(self, cfg: Config) -> int:
         """Micro-batches the 1F1B schedule is simulated with: all of them when few or when
@@ -81,8 +83,8 @@ class Planner:
         schedule (virtual stages), whose micro-batches Megatron takes in multiples of p."""
         p, m = cfg.pp, cfg.micro_batches
         base = p if cfg.virtual_stages > 1 else min(p, PP_BASE)
-        if self.exact or p == 1 or m < 4 * base:
-            return m
+        if self.exact or p == 1 or m < 4 * base or self.req.pp_schedule == GPIPE:
+            return m  # GPipe: no 1F1B steady state to extend
         return base
 
     def programs(self, cfg: Config) -> dict[str, Program]:
@@ -144,7 +146,7 @@ class Planner:
                 for k, v in self.workload(cfg).items()
                 if k in ("seq_len", "micro_batch", "sequence_parallel")
             }
-            opts.update(self.pp_options(cfg, micro_batches))
+            opts.update(self.pp_options(cfg, micro_batches), framework=self.req.framework)
             model = self.req.model.for_pipeline(cfg.pp)
             hit = self._programs[key] = patterns.build(name, layout, model, opts)
         return hit

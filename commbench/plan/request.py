@@ -62,11 +62,17 @@ class PlanRequest:
     extrapolate: bool = False
     backend: str | None = None
     framework: str = "megatron"  # whose traffic the configs are priced with (docs/frameworks.md)
+    pp_schedule: str | None = None  # torchtitan: torch's pipelining schedule class (pattern pp)
 
     def __post_init__(self) -> None:
         from commbench.traffic.patterns.base import FRAMEWORKS, check_choice
 
         check_choice("--framework", self.framework, FRAMEWORKS)
+        if self.pp_schedule is not None:
+            from commbench.traffic.patterns.pp import check_schedule
+
+            for v in self.virtual_stages:
+                check_schedule(self.pp_schedule, self.framework, v)
         if self.gpus < 1 or self.gpus_per_node < 1:
             raise UsageError("--gpus and --gpus-per-node must be positive")
         if self.gpus > MAX_GPUS:
@@ -162,6 +168,7 @@ class PlanRequest:
             "micro_batch_sizes": list(self.micro_batch_sizes),
             "zero_stages": list(self.zero_stages),
             "virtual_stages": list(self.virtual_stages),
+            "pp_schedule": self.pp_schedule,
             "sequence_parallel": self.sequence_parallel,
             "mode": self.mode,
             "peak_tflops": self.peak_tflops,
@@ -242,6 +249,7 @@ def request_from_flags(
     backend: str | None,
     framework: str = "megatron",
     virtual_stages: str = "1",
+    pp_schedule: str | None = None,
 ) -> PlanRequest:
     """A PlanRequest from `commbench plan`'s flags as given (None: not given), the calibration's
     device filling the defaults: gpus_per_node, memory_gb, peak_bf16_tflops."""
@@ -285,6 +293,7 @@ def request_from_flags(
         extrapolate=extrapolate,
         backend=backend,
         framework=framework,
+        pp_schedule=pp_schedule,
     )
 
 

@@ -59,6 +59,7 @@ def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
         "zero_stage": cfg.zero_stage,
         "framework": req.framework,
         "virtual_stages": cfg.virtual_stages,
+        **({"pp_schedule": req.pp_schedule} if req.pp_schedule == "ScheduleGPipe" else {}),
     }
 
 

@@ -8,6 +8,7 @@ with its size, stride, the hosts it spans and its link class (`intra` one host, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
@@ -28,11 +29,18 @@ class Axis(StrEnum):
     EP = "ep"  # expert parallel
     DP = "dp"  # data parallel
     PP = "pp"  # pipeline parallel
+    PP_ENDS = "pp_ends"  # the first and last stage of each pipeline (Megatron's embedding group)
     EDP = "edp"  # expert data parallel: replicas of each expert shard
     GROUP = "group"  # a primitive sweep's group (sweep_mesh)
     REST = "rest"  # the sweep mesh's other axis
     WORLD = "world"  # every rank
 
+
+ENDS = "_ends"  # `pp_ends`: the first and last rank of each group of the axis before it
+# `cp_in2`: each cp group cut into blocks of 2 consecutive positions; `cp_out2`: the positions
+# 2 apart, one from each block (Megatron's hierarchical context-parallel groups, a2a inside a
+# block, p2p across blocks: parallel_state.create_hierarchical_groups)
+SUB_AXIS = re.compile(r"^([a-z]+)_(in|out)(\d+)$")
 
 DEFAULT_ORDER = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
 EXPERT_AXES = (Axis.TP, Axis.EP, Axis.EDP, Axis.PP)
@@ -107,7 +115,27 @@ class Mesh:
 
     def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
         """Rank lists of the groups along `axis`; `"dp-cp"` joins axes (positions follow the
-        mesh order, so a joined group lists its ranks in ascending order)."""
+        mesh order, so a joined group lists its ranks in ascending order); `<axis>_ends` keeps
+        the first and last rank of each of the axis's groups (`pp_ends`: Megatron-LM's
+        embedding group, parallel_state._EMBEDDING_GLOBAL_RANKS = pipeline ranks [0] and [-1]);
+        `<axis>_in<a>` / `<axis>_out<a>` its blocks of a consecutive positions / the positions
+        a apart (SUB_AXIS)."""
+        if axis.endswith(ENDS):
+            base = axis[: -len(ENDS)]
+            if "-" in base:
+                raise UsageError(f"axis {axis!r}: {ENDS} follows one axis, not {base!r}")
+            return tuple(tuple(dict.fromkeys((g[0], g[-1]))) for g in self.groups(base))
+        sub = SUB_AXIS.match(axis)
+        if sub:
+            full, kind, a = self.groups(sub.group(1)), sub.group(2), int(sub.group(3))
+            size = len(full[0])
+            if a < 1 or size % a:
+                raise UsageError(
+                    f"axis {axis!r}: {a} does not divide the {sub.group(1)} size {size}"
+                )
+            if kind == "in":
+                return tuple(g[i : i + a] for g in full for i in range(0, size, a))
+            return tuple(g[j::a] for g in full for j in range(a))
         names = axis.split("-")
         for n in names:
             if n not in self.axes:

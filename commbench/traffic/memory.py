@@ -90,6 +90,7 @@ def activation_bytes_per_layer(
     moe_layer: bool = False,
     recompute_modules: tuple[str, ...] = (),
     fp8: str | None = None,
+    gpipe: bool = False,
 ) -> float:
     """Activations one transformer layer keeps for backward, per rank, in bytes.
 
@@ -161,10 +162,13 @@ def _mlp(model: ModelShape, sb: float, f: int, lin: int, act_recomputed: bool) -
     return sb * (act_in + (0 if act_recomputed else lin * f))
 
 
-def in_flight_micro_batches(pp: int, micro_batches: int, stage: int = 0) -> int:
+def in_flight_micro_batches(
+    pp: int, micro_batches: int, stage: int = 0, gpipe: bool = False
+) -> int:
     """Micro-batches whose activations 1F1B stage `stage` holds at once: min(pp - stage, m)
-    (its warm-up forwards and the one it runs before its first backward)."""
-    return min(pp - stage, micro_batches)
+    (its warm-up forwards and the one it runs before its first backward); every stage of
+    GPipe (torch's ScheduleGPipe: all forwards before any backward) holds all m."""
+    return micro_batches if gpipe and pp > 1 else min(pp - stage, micro_batches)
 
 
 def activation_bytes(
@@ -181,6 +185,7 @@ def activation_bytes(
     virtual_stages: int = 1,
     recompute_modules: tuple[str, ...] = (),
     fp8: str | None = None,
+    gpipe: bool = False,
 ) -> float:
     """Activations held by a rank of pipeline stage `stage` (default the first, the busiest
     under 1F1B with even stages): its layers' activations for min(pp - stage, m) in-flight
@@ -188,7 +193,8 @@ def activation_bytes(
     the one micro-batch it holds (with one stage: Megatron-LM's theoretical estimate). With
     v virtual stages (interleaved 1F1B) a stage holds its warm-up chunks plus one, each 1/v
     of its layers: p + (p-1)/v micro-batches' worth on the first stage (Korthikanti et al.
-    2022, section 4.2.3's 1 + (p-1)/(p v) factor)."""
+    2022, section 4.2.3's 1 + (p-1)/(p v) factor). `gpipe`: every stage holds all m
+    micro-batches, the last stage its output layer's m times too."""
     options = (sequence_parallel, recompute)
     per_layer = {
         moe: activation_bytes_per_layer(
@@ -203,9 +209,10 @@ def activation_bytes(
         chunks = pp_interleaved.in_flight_chunks(pp, stage, micro_batches, virtual_stages)
         held = per_mb * chunks / virtual_stages
     else:
-        held = per_mb * in_flight_micro_batches(pp, micro_batches, stage)
+        held = per_mb * in_flight_micro_batches(pp, micro_batches, stage, gpipe)
     if stage == pp - 1:
-        held += output_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
+        out = output_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
+        held += out * (micro_batches if gpipe and pp > 1 else 1)
     return held
 
 
@@ -263,12 +270,14 @@ def training_memory(
     virtual_stages: int = 1,
     recompute_modules: tuple[str, ...] = (),
     fp8: str | None = None,
+    gpipe: bool = False,
 ) -> TrainingMemory:
     """Per-rank memory of the busiest rank: weights (param dtype), gradients (grad dtype),
     Adam states (12 bytes/param) and activations, of the pipeline stage whose sum is largest
     (with uneven stages a middle stage can be). ZeRO stage 1 shards optimizer states,
     2 also gradients, 3 also weights, over the dp x cp ranks (dense) and the dp x cp / ep
-    expert-data-parallel ranks (experts), as Megatron's distributed optimizer does."""
+    expert-data-parallel ranks (experts), as Megatron's distributed optimizer does; `gpipe`:
+    activations of torch's ScheduleGPipe (all m micro-batches in flight)."""
     if zero_stage not in (0, 1, 2, 3):
         raise UsageError(f"zero_stage {zero_stage!r}: choose 0, 1, 2 or 3")
     if (cp * dp) % ep:
@@ -293,7 +302,7 @@ def training_memory(
             optimizer=sharded(1) * optimizer_bytes,
             activations=activation_bytes(
                 model, seq, micro_batch, tp, cp, pp, micro_batches, sequence_parallel,
-                recompute, stage, virtual_stages, recompute_modules, fp8,
+                recompute, stage, virtual_stages, recompute_modules, fp8, gpipe,
             ),
         )  # fmt: skip
 

@@ -16,7 +16,8 @@ the workload, for the `step` pattern (which `plan --verify` prices and measures)
 - the loss all-reduce of [loss sum, tokens] in fp32 over dp x cp once per step and the
   grad-norm all-reduce of one fp32 over the model-parallel ranks (tp x pp; every rank when
   the grads are sharded: the distributed optimizer, ZeRO 1-3);
-- with tied embeddings and pp = 2, the word-embedding grad all-reduce between the two stages;
+- with tied embeddings and pp > 1, the word-embedding grad all-reduce between the first and
+  last stage (axis pp_ends, Megatron's embedding group);
   with expert_bias, the MoE token counts of the aux-loss-free load balancing once per step;
 - the MoE token-count all-to-all of E int64 counts per MoE layer (MoEAlltoAllTokenDispatcher)
   and, with tp > 1 and experts sharded over tp (expert_tensor_parallel), the all-gather over
@@ -82,12 +83,14 @@ def batch_broadcast(
 def tied_embedding(layout: ParallelLayout, model: ModelShape) -> list[Step]:
     """Tied embeddings with pp > 1: the first and last stages all-reduce the word-embedding
     gradient, V h / t fp32 main grads, once per step (finalize_model_grads.py
-    _allreduce_word_embedding_grads). Their group is the pp group when pp = 2; deeper
-    pipelines' {first, last} pair is no layout axis and is left out (docs/frameworks.md)."""
-    if not model.tied_embeddings or layout.pp != 2:
+    _allreduce_word_embedding_grads) over the embedding group, each pipeline's first and
+    last rank (parallel_state._EMBEDDING_GLOBAL_RANKS): the pp group itself when pp = 2,
+    else the 2-rank groups of axis pp_ends (the middle stages take no part)."""
+    if not model.tied_embeddings or layout.pp == 1:
         return []
     n = 4 * round(model.embedding_params() / layout.tp)
-    return [_step("allreduce", n, Axis.PP, 1, "backward", FP32, "tied embedding grad")]
+    axis = Axis.PP if layout.pp == 2 else Axis.PP_ENDS
+    return [_step("allreduce", n, axis, 1, "backward", FP32, "tied embedding grad")]
 
 
 def expert_bias(layout: ParallelLayout, model: ModelShape, framework: str) -> list[Step]:

@@ -4,6 +4,13 @@ alternates one forward and one backward, then drains the remaining backwards. Ea
 sends an activation of b (s/c) h elements (/t with sequence parallel) to the next stage,
 each backward its gradient to the previous one. Optional synthetic compute per micro-batch
 lets the bubble (p-1)/(m+p-1) be measured rather than assumed.
+
+Under `framework: torchtitan`, `pp_schedule` names torch.distributed.pipelining's schedule
+class (torch/distributed/pipelining/schedules.py): `Schedule1F1B` (the order above),
+`ScheduleInterleaved1F1B` (virtual_stages > 1: pp_interleaved's order, which torch's
+follows), `ScheduleGPipe` (each stage runs all m forwards, receiving and sending each, then
+all m backwards in micro-batch order: the same messages as 1F1B in another order, the same
+bubble (p-1)/(m+p-1), and every micro-batch's activations held at once).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from commbench.errors import UsageError
 from commbench.traffic.layout import Axis, ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns import pp_interleaved
-from commbench.traffic.patterns.base import Fact, TrafficOptions, check
+from commbench.traffic.patterns.base import Fact, FrameworkOptions, check, check_choice
 from commbench.traffic.pipeline_split import stage_weights, virtual_error
 from commbench.traffic.program import Action, Program, Step
 
@@ -27,10 +34,15 @@ AXIS = Axis.PP
 FWD, BWD = 0, 1
 
 
+PP_SCHEDULES = ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B")
+
+
 @dataclass(frozen=True)
-class Options(TrafficOptions):
+class Options(FrameworkOptions):
     """1F1B over `micro_batches`; compute_ms of forward per micro-batch and stage (backward =
-    backward_factor x forward) stands in for the layers' compute so the bubble shows."""
+    backward_factor x forward) stands in for the layers' compute so the bubble shows;
+    pp_schedule: torch's schedule class under torchtitan (None: 1F1B, interleaved with
+    virtual_stages > 1)."""
 
     micro_batches: int = 8
     sequence_parallel: bool = False
@@ -39,6 +51,7 @@ class Options(TrafficOptions):
     virtual_stages: int = (
         1  # > 1: interleaved 1F1B (Megatron's virtual_pipeline_model_parallel_size)
     )
+    pp_schedule: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,6 +61,26 @@ class Options(TrafficOptions):
             raise UsageError(f"virtual_stages {self.virtual_stages!r}: give a positive integer")
         if self.virtual_stages < 1:
             raise UsageError(f"virtual_stages={self.virtual_stages}: give 1 or more")
+        check_schedule(self.pp_schedule, self.framework, self.virtual_stages)
+
+
+def check_schedule(name: str | None, framework: str, virtual_stages: int) -> None:
+    """pp_schedule is torch's class name, under torchtitan only, interleaved exactly when
+    virtual_stages > 1; a UsageError naming the value otherwise."""
+    if name is None:
+        return
+    check_choice("pp_schedule", name, PP_SCHEDULES)
+    if framework != "torchtitan":
+        raise UsageError(
+            f"pp_schedule {name} is torch.distributed.pipelining's: set framework torchtitan "
+            "(Megatron runs 1F1B, interleaved with virtual_stages > 1)"
+        )
+    interleaved = name == "ScheduleInterleaved1F1B"
+    if interleaved != (virtual_stages > 1):
+        raise UsageError(
+            f"pp_schedule {name} with virtual_stages={virtual_stages}: "
+            + ("give virtual_stages of 2 or more" if interleaved else "it runs one stage a rank")
+        )
 
 
 def bubble_fraction(p: int, m: int) -> float:
@@ -73,6 +106,12 @@ def one_f_one_b(p: int, m: int) -> list[list[tuple[int, int]]]:
     return order
 
 
+def gpipe(p: int, m: int) -> list[list[tuple[int, int]]]:
+    """Per stage, the passes of torch's ScheduleGPipe: all m forwards, then all m backwards in
+    micro-batch order (ScheduleGPipe._step_microbatches)."""
+    return [[(FWD, j) for j in range(m)] + [(BWD, j) for j in range(m)] for _ in range(p)]
+
+
 def tag(direction: int, micro_batch: int) -> int:
     """Message tag: unique per direction and micro-batch, so matching never depends on order."""
     return 2 * micro_batch + direction
@@ -85,12 +124,14 @@ def schedule(
     forward_s: float = 0.0,
     backward_s: float = 0.0,
     weights: tuple[float, ...] | None = None,
+    order: Callable[[int, int], list[list[tuple[int, int]]]] = one_f_one_b,
 ) -> tuple[tuple[Action, ...], ...]:
-    """Per-stage action lists of 1F1B: a forward receives from the previous stage, computes,
-    sends to the next; a backward receives from the next, computes, sends to the previous.
-    Stage i's compute is `weights[i]` x forward_s / backward_s (uneven stages; default 1)."""
+    """Per-stage action lists of 1F1B (or `order`'s passes, e.g. gpipe): a forward receives
+    from the previous stage, computes, sends to the next; a backward receives from the next,
+    computes, sends to the previous. Stage i's compute is `weights[i]` x forward_s /
+    backward_s (uneven stages; default 1)."""
     out = []
-    for i, passes in enumerate(one_f_one_b(p, m)):
+    for i, passes in enumerate(order(p, m)):
         acts: list[Action] = []
         w = 1.0 if weights is None else weights[i]
         for d, j in passes:
@@ -274,6 +315,9 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     if p == 1:
         return Program(NAME, (), meta)
     even = len(set(weights)) == 1
+    is_gpipe = options.pp_schedule == "ScheduleGPipe"
+    meta["pp_schedule"] = options.pp_schedule or ("1F1B" if v == 1 else "interleaved 1F1B")
+    name = "GPipe" if is_gpipe else "1F1B" if v == 1 else f"interleaved 1F1B v={v}"
     step = Step(
         op="p2p_schedule",
         nbytes=act,
@@ -281,10 +325,10 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
         repeat=1,
         phase="forward+backward",
         dtype=options.dtype,
-        label=("1F1B" if v == 1 else f"interleaved 1F1B v={v}")
-        + f" p={p} m={m}"
-        + ("" if even else f" {model.split.describe()}"),
-        schedule=schedule(p, m, act, fwd, bwd, None if even else weights)
+        label=f"{name} p={p} m={m}" + ("" if even else f" {model.split.describe()}"),
+        schedule=schedule(
+            p, m, act, fwd, bwd, None if even else weights, gpipe if is_gpipe else one_f_one_b
+        )
         if v == 1
         else pp_interleaved.schedule(p, m, v, act, fwd, bwd, None if even else weights),
         ring=False,

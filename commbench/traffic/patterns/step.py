@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from commbench.errors import UsageError
 from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import ModelShape
-from commbench.traffic.patterns import framework
+from commbench.traffic.patterns import cp, framework, pp
 from commbench.traffic.patterns.base import check
 from commbench.traffic.program import Program, Step
 
@@ -39,12 +39,16 @@ class Options(framework.Options):
     bucket_mb: float | None = None
     overlap_grad_reduce: bool = False
     cp_comm_type: str | None = None
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None  # a2a+p2p's [a2a, p2p]
     compute_ms: float = 0.0
     backward_factor: float = 2.0
     virtual_stages: int = 1  # > 1: interleaved 1F1B, as pattern pp's
+    pp_schedule: str | None = None  # torchtitan: torch's schedule class, as pattern pp's
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        cp.check_hierarchical(self.cp_comm_type, self.hierarchical_context_parallel_sizes)
+        pp.check_schedule(self.pp_schedule, self.framework, self.virtual_stages)
         if self.zero_stage not in (0, 1, 2, 3):
             raise UsageError(f"zero_stage {self.zero_stage!r}: choose from 0, 1, 2, 3")
         if self.distributed_optimizer and self.zero_stage:
@@ -90,6 +94,9 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     """The Program of one training step on the busiest rank, in Megatron-Core's order."""
     seq = options.seq(model)
     check(layout, model, seq, options.sequence_parallel or (model.is_moe and layout.ep > 1))
+    sizes = options.hierarchical_context_parallel_sizes
+    if sizes is not None and layout.cp == 1 and sizes != (1, 1):  # no cp Program to say so
+        raise UsageError(f"hierarchical_context_parallel_sizes {list(sizes)} with cp = 1")
     progs = parts(layout, model, options)
     progs[framework.NAME] = framework.build(layout, model, options)
     extra = framework.parts(layout, model, options)
