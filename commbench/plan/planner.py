@@ -52,11 +52,6 @@ class Planner:
         self._estimates: dict[tuple, ProgramEstimate] = {}
         self._info: dict[tuple, AxisPlacement] = {}
 
-    @property
-    def nodes(self) -> tuple[int, ...]:
-        """Node of every rank (for --verify's layouts; pricing works from the strides)."""
-        return self.req.nodes
-
     # programs
     def workload(self, cfg: Config) -> dict[str, Any]:
         req = self.req

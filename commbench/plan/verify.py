@@ -87,8 +87,7 @@ def median_by_axis(rounds: list[dict[str, float]]) -> dict[str, float]:
 def predicted(planner: Planner, cfg: Config, prog: Program) -> dict[str, float]:
     """The planner's price of the step Program, seconds per axis (a step it cannot price is
     a UsageError naming it)."""
-    layout = cfg.layout(planner.req.gpus, planner.nodes)
-    est = planner.evaluator.program(prog, layout, placement=planner.where(layout))
+    est = planner.price(prog, cfg.layout(planner.req.gpus, ()))  # as the ranking priced it
     if est.error:
         raise UsageError(f"--verify {cfg.label}: cannot price the step: {est.error}")
     return by_axis(prog, [s.comm_s for s in est.steps])
