@@ -5,6 +5,7 @@ bad input exits 2, and `suite pp` / `suite step` run uneven and interleaved pipe
 mpirun with every message checked."""
 
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -180,6 +181,9 @@ def test_the_planner_prices_and_searches_interleaving():
     one = explain(req, cal, "tp1-cp1-dp2-pp4")
     two = explain(req, cal, "tp1-cp1-dp2-pp4-vp2")
     assert one.config.virtual_stages == 1 and two.config.virtual_stages == 2
+    # an unnamed depth is plain 1F1B even when --virtual-stages does not list 1
+    only_two = replace(req, virtual_stages=(2,))
+    assert explain(only_two, cal, "tp1-cp1-dp2-pp4").config.virtual_stages == 1
     # messages on the critical path: more of them, mostly hidden behind the compute
     assert two.time.pipeline > one.time.pipeline
     bubble = one.time.compute * 3 / 128  # (p-1)/m of the compute, plain 1F1B
