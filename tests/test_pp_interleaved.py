@@ -199,3 +199,21 @@ def test_cli_explain_with_a_virtual_depth_the_layers_refuse():
     assert job.returncode == 2, job.output
     assert "virtual_stages=3: stage 0 holds 8 layer(s)" in job.stderr
     assert "Traceback" not in job.output
+
+
+def test_the_search_rejects_an_interleaved_depth_with_megatrons_reason():
+    from plan_samples import req
+
+    from commbench.plan.search import candidates
+
+    found = {
+        c.config.label: c
+        for c in candidates(req("llama-7b", gpus=8, global_batch=12, virtual_stages=(1, 2)))
+    }
+    plain, two = found["tp1-cp1-dp2-pp4"], found["tp1-cp1-dp2-pp4-vp2"]
+    assert plain.stage == "valid" and two.stage == "invalid"
+    assert two.reasons == [
+        "virtual_stages=2: micro_batches=6 must be a multiple of pp=4 (Megatron's interleaved "
+        "schedule)"
+    ]
+    assert "tp1-cp1-dp4-pp2-vp2" not in found  # below pp_interleaved.MIN_STAGES: plain only
