@@ -95,3 +95,19 @@ def test_gpus_per_node_trend_of_the_bus_bandwidth():
     assert per_node_scale([s1, slow], slow, "allreduce", (80, 10), 1 << 30)[0] == 1.0
     assert per_node_scale([s1, s2], s2, "allreduce", (160, 20), 1 << 30) is None
     assert per_node_scale([s1, s2], s2, "allreduce", (20, 10), 1 << 30) is None
+
+
+def test_the_notes_state_the_band_the_calibration_records():
+    """export and plan --explain state the priors a calibration was written with
+    (`node_band`), as its predictions use them, not the module's defaults."""
+    from commbench.calibration.band import export_notes, plan_note
+
+    doc = {
+        "series": [{"link_class": "inter", "shapes": [{"nodes": 2}, {"nodes": 4}]}],
+        "node_band": {"bytes_per_doubling": 0.5, "latency_per_doubling": 0.5, "floor": 0.05},
+    }
+    (note,) = export_notes(doc)
+    assert "measured at 2+4 nodes" in note and "band of +-50% per doubling" in note
+    got = plan_note(doc, "dp", "inter", 16)  # 2 doublings beyond 4 nodes
+    assert got is not None and "band of +-100%" in got
+    assert plan_note(doc, "dp", "inter", 4) is None and plan_note(doc, "dp", "intra", 16) is None
