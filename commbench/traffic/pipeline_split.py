@@ -153,15 +153,23 @@ def stage_counts(layers: int, pp: int, split: PipelineSplit = PipelineSplit()) -
     return tuple(counts)
 
 
+def stage_slots(layers: int, pp: int, split: PipelineSplit) -> list[int]:
+    """Each stage's layer slots: its layers, plus the embedding / loss where the split counts
+    them as a layer (Megatron's premise; one stage: its layers, the settings unused)."""
+    counts = list(stage_counts(layers, pp, split))
+    if pp > 1:
+        counts[0] += int(split.account_for_embedding_in_pipeline_split)
+        counts[-1] += int(split.account_for_loss_in_pipeline_split)
+    return counts
+
+
 def virtual_error(layers: int, pp: int, split: PipelineSplit, v: int) -> str | None:
     """Why `v` virtual stages (model chunks) a stage cannot hold its layers, or None: each
-    stage's layer slots (its layers, plus the embedding / loss where counted) must split
-    into v chunks of at least one (Megatron asserts the divisibility)."""
+    stage's layer slots (stage_slots) must split into v chunks of at least one (Megatron
+    asserts the divisibility)."""
     if v == 1 or pp == 1:
         return None
-    counts = list(stage_counts(layers, pp, split))
-    counts[0] += int(split.account_for_embedding_in_pipeline_split)
-    counts[-1] += int(split.account_for_loss_in_pipeline_split)
+    counts = stage_slots(layers, pp, split)
     for i, n in enumerate(counts):
         if n < v or n % v:
             return (
@@ -172,12 +180,9 @@ def virtual_error(layers: int, pp: int, split: PipelineSplit, v: int) -> str | N
 
 
 def stage_weights(layers: int, pp: int, split: PipelineSplit) -> tuple[float, ...]:
-    """Each stage's share of the compute relative to the mean stage (1.0 = even): its layers,
-    plus the embedding / loss where the split counts them as a layer (Megatron's premise)."""
-    counts = list(stage_counts(layers, pp, split))
-    if pp > 1:
-        counts[0] += int(split.account_for_embedding_in_pipeline_split)
-        counts[-1] += int(split.account_for_loss_in_pipeline_split)
+    """Each stage's share of the compute relative to the mean stage (1.0 = even): its layer
+    slots (stage_slots) over their mean."""
+    counts = stage_slots(layers, pp, split)
     mean = sum(counts) / pp
     return tuple(c / mean for c in counts)
 
