@@ -46,6 +46,11 @@ class Config:
         return "-".join(parts + [f"dp{self.dp}", f"pp{self.pp}"] + vp)
 
     @property
+    def replica(self) -> int:
+        """GPUs one model replica spans: tp x cp x pp (dp replicas of it make the job)."""
+        return self.tp * self.cp * self.pp
+
+    @property
     def full_label(self) -> str:
         extra = f"-b{self.micro_batch}-m{self.micro_batches}-z{self.zero_stage}"
         order = "" if self.order == DEFAULT_ORDER else f"@{'-'.join(self.order)}"
