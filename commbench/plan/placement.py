@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ENDS, SUB_AXIS, Axis, Mesh, ParallelLayout
+from commbench.traffic.layout import ENDS, SUB_AXIS, Mesh, ParallelLayout
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,6 @@ class AxisPlacement:
     stride: int  # rank distance between neighbours, -1 when not uniform, 0 for one rank
     hosts_spanned: int  # the most hosts any one group touches
     link_class: str  # "intra" | "inter"
-
-
-def mesh_of(layout: ParallelLayout, axis: str) -> Mesh:
-    """The mesh `axis` lives on: ep and edp the expert mesh, the rest the dense one."""
-    if any(a in (Axis.EP, Axis.EDP) for a in axis.split("-")):
-        return layout.expert
-    return layout.dense
 
 
 def _split(mesh: Mesh, axis: str) -> tuple[list[int], list[int]]:
@@ -85,7 +78,7 @@ def _place(
 def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> AxisPlacement:
     """Size, stride, hosts spanned and link class of `axis`'s groups on nodes of
     `gpus_per_node` ranks (rank r on node r // gpus_per_node, as host_map numbers them)."""
-    mesh = mesh_of(layout, axis)
+    mesh = layout.mesh(axis)
     sub = SUB_AXIS.match(axis)
     if sub:  # the axis's dim split in two (a, dim / a): blocks are the first, across the second
         (k,), _ = _split(mesh, sub.group(1))
@@ -118,7 +111,7 @@ def stage_links(layout: ParallelLayout, axis: str, gpus_per_node: int) -> tuple[
     """pp.stage_links of a pipeline axis without its groups: the link class between stage i
     and i+1 for each i (and, p > 2, between the last and the first: interleaved 1F1B's ring), `inter`
     where any pipeline's two ranks sit on different nodes."""
-    mesh = mesh_of(layout, axis)
+    mesh = layout.mesh(axis)
     own, _ = _split(mesh, axis)
     assert len(own) == 1, axis  # a pipeline runs along one axis
     return _stage_links(mesh.dims, own[0], gpus_per_node)

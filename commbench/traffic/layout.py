@@ -254,11 +254,15 @@ class ParallelLayout:
         dims = {Axis.TP: self.tp, Axis.EP: self.ep, Axis.EDP: self.edp, Axis.PP: self.pp}
         return Mesh(EXPERT_AXES, tuple(dims[a] for a in EXPERT_AXES), self.nodes)
 
-    def info(self, axis: str) -> GroupInfo:
-        """Groups of `axis`; `ep` and `edp` come from the expert mesh, the rest from the dense one."""
+    def mesh(self, axis: str) -> Mesh:
+        """The mesh `axis` lives on: `ep` and `edp` the expert one, the rest the dense one."""
         if any(a in (Axis.EP, Axis.EDP) for a in axis.split("-")):
-            return self.expert.info(axis)
-        return self.dense.info(axis)
+            return self.expert
+        return self.dense
+
+    def info(self, axis: str) -> GroupInfo:
+        """Groups of `axis`, on its mesh."""
+        return self.mesh(axis).info(axis)
 
     def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
         return self.info(axis).groups
