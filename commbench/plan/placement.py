@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ENDS, SUB_AXIS, Mesh, ParallelLayout
+from commbench.traffic.layout import ENDS, SUB_AXIS, GroupInfo, Mesh, ParallelLayout
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,7 @@ def _place(
         coords = np.unique([0, dims[k] - 1]) if ends else np.arange(dims[k])
         offsets = (offsets[None, :] + coords.astype(np.int64)[:, None] * strides[k]).ravel()
     offsets.sort()
-    size = len(offsets)
-    steps = set(np.diff(offsets).tolist())
-    stride = steps.pop() if len(steps) == 1 else (0 if size == 1 else -1)
+    size, stride = len(offsets), GroupInfo.stride_of(offsets.tolist())
     others = [k for k in range(len(dims)) if k not in own]
     spanned = 0
     for r in _residues(dims, strides, others, g).tolist():
