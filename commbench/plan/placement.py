@@ -33,14 +33,13 @@ class AxisPlacement:
     link_class: str  # "intra" | "inter"
 
 
-def _split(mesh: Mesh, axis: str) -> tuple[list[int], list[int]]:
-    """(indices of the axis's own mesh axes, indices of the others)."""
+def _own(mesh: Mesh, axis: str) -> list[int]:
+    """Indices of the axis's own mesh axes (`dp-cp`: both), as Mesh.groups names them."""
     names = axis.split("-")
     for n in names:
         if n not in mesh.axes:
             raise UsageError(f"unknown axis {n!r}: this layout has {', '.join(mesh.axes)}")
-    own = sorted({mesh.axes.index(n) for n in names})
-    return own, [k for k in range(len(mesh.axes)) if k not in own]
+    return sorted({mesh.axes.index(n) for n in names})
 
 
 def _residues(dims: tuple[int, ...], strides: list[int], axes: list[int], g: int) -> np.ndarray:
@@ -79,7 +78,7 @@ def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> Axi
     mesh = layout.mesh(axis)
     sub = SUB_AXIS.match(axis)
     if sub:  # the axis's dim split in two (a, dim / a): blocks are the first, across the second
-        (k,), _ = _split(mesh, sub.group(1))
+        (k,) = _own(mesh, sub.group(1))
         a = int(sub.group(3))
         if mesh.dims[k] % a:
             raise UsageError(f"axis {axis!r}: {a} does not divide the size {mesh.dims[k]}")
@@ -88,7 +87,7 @@ def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> Axi
         size, stride, spanned = _place(dims, (own_k,), gpus_per_node)
         return AxisPlacement(axis, size, stride, spanned, "intra" if spanned == 1 else "inter")
     ends = axis.endswith(ENDS)
-    own, _ = _split(mesh, axis[: -len(ENDS)] if ends else axis)
+    own = _own(mesh, axis[: -len(ENDS)] if ends else axis)
     size, stride, spanned = _place(mesh.dims, tuple(own), gpus_per_node, ends)
     return AxisPlacement(axis, size, stride, spanned, "intra" if spanned == 1 else "inter")
 
@@ -110,6 +109,6 @@ def stage_links(layout: ParallelLayout, axis: str, gpus_per_node: int) -> tuple[
     and i+1 for each i (and, p > 2, between the last and the first: interleaved 1F1B's ring), `inter`
     where any pipeline's two ranks sit on different nodes."""
     mesh = layout.mesh(axis)
-    own, _ = _split(mesh, axis)
+    own = _own(mesh, axis)
     assert len(own) == 1, axis  # a pipeline runs along one axis
     return _stage_links(mesh.dims, own[0], gpus_per_node)
