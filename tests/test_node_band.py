@@ -17,15 +17,14 @@ def test_alltoall_bytes_scale_with_the_share_that_leaves_the_node():
     8 x 4 (28 / 32) the time grows by 1.75; latency steps add little there."""
     s = float(1 << 30)
     beta = 1 / 5e9  # 5 GB/s per NIC byte
-    seconds = 10e-6 + beta * 0.5 * s
-    got = nccl_ratio(None, "alltoall", (8, 2), (32, 8), s, (seconds, beta * 0.5, (4, 40e-6)))
+    got = nccl_ratio(None, "alltoall", (8, 2), (32, 8), s, (beta * 0.5, (4, 40e-6)))
     assert got is not None
     assert got[0] == pytest.approx(1.75, rel=0.01)
 
 
 def test_sendrecv_does_not_grow_with_nodes_past_two():
     s = float(1 << 30)
-    got = nccl_ratio(None, "sendrecv", (16, 2), (80, 10), s, (0.02, 0.02 / s, (4, 20e-6)))
+    got = nccl_ratio(None, "sendrecv", (16, 2), (80, 10), s, (0.02 / s, (4, 20e-6)))
     assert got is not None and got[0] == pytest.approx(1.0, rel=1e-3)
 
 
@@ -96,3 +95,19 @@ def test_gpus_per_node_trend_of_the_bus_bandwidth():
     assert per_node_scale([s1, slow], slow, "allreduce", (80, 10), 1 << 30)[0] == 1.0
     assert per_node_scale([s1, s2], s2, "allreduce", (160, 20), 1 << 30) is None
     assert per_node_scale([s1, s2], s2, "allreduce", (20, 10), 1 << 30) is None
+
+
+def test_the_notes_state_the_band_the_calibration_records():
+    """export and plan --explain state the priors a calibration was written with
+    (`node_band`), as its predictions use them, not the module's defaults."""
+    from commbench.calibration.band import export_notes, plan_note
+
+    doc = {
+        "series": [{"link_class": "inter", "shapes": [{"nodes": 2}, {"nodes": 4}]}],
+        "node_band": {"bytes_per_doubling": 0.5, "latency_per_doubling": 0.5, "floor": 0.05},
+    }
+    (note,) = export_notes(doc)
+    assert "measured at 2+4 nodes" in note and "band of +-50% per doubling" in note
+    got = plan_note(doc, "dp", "inter", 16)  # 2 doublings beyond 4 nodes
+    assert got is not None and "band of +-100%" in got
+    assert plan_note(doc, "dp", "inter", 4) is None and plan_note(doc, "dp", "intra", 16) is None

@@ -5,6 +5,7 @@ bad input exits 2, and `suite pp` / `suite step` run uneven and interleaved pipe
 mpirun with every message checked."""
 
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -180,6 +181,9 @@ def test_the_planner_prices_and_searches_interleaving():
     one = explain(req, cal, "tp1-cp1-dp2-pp4")
     two = explain(req, cal, "tp1-cp1-dp2-pp4-vp2")
     assert one.config.virtual_stages == 1 and two.config.virtual_stages == 2
+    # an unnamed depth is plain 1F1B even when --virtual-stages does not list 1
+    only_two = replace(req, virtual_stages=(2,))
+    assert explain(only_two, cal, "tp1-cp1-dp2-pp4").config.virtual_stages == 1
     # messages on the critical path: more of them, mostly hidden behind the compute
     assert two.time.pipeline > one.time.pipeline
     bubble = one.time.compute * 3 / 128  # (p-1)/m of the compute, plain 1F1B
@@ -195,3 +199,21 @@ def test_cli_explain_with_a_virtual_depth_the_layers_refuse():
     assert job.returncode == 2, job.output
     assert "virtual_stages=3: stage 0 holds 8 layer(s)" in job.stderr
     assert "Traceback" not in job.output
+
+
+def test_the_search_rejects_an_interleaved_depth_with_megatrons_reason():
+    from plan_samples import req
+
+    from commbench.plan.search import candidates
+
+    found = {
+        c.config.label: c
+        for c in candidates(req("llama-7b", gpus=8, global_batch=12, virtual_stages=(1, 2)))
+    }
+    plain, two = found["tp1-cp1-dp2-pp4"], found["tp1-cp1-dp2-pp4-vp2"]
+    assert plain.stage == "valid" and two.stage == "invalid"
+    assert two.reasons == [
+        "virtual_stages=2: micro_batches=6 must be a multiple of pp=4 (Megatron's interleaved "
+        "schedule)"
+    ]
+    assert "tp1-cp1-dp4-pp2-vp2" not in found  # below pp_interleaved.MIN_STAGES: plain only

@@ -45,6 +45,11 @@ class Priors:
     latency_per_doubling: float = PRIOR_LAT
     floor: float = FLOOR
 
+    def per_doubling(self, latency_share: float) -> float:
+        """The prior per doubling: bytes' to latency's by NCCL's latency share of the time."""
+        lo, hi = self.bytes_per_doubling, self.latency_per_doubling
+        return lo + (hi - lo) * latency_share
+
     def as_doc(self) -> dict:
         return {**asdict(self), "rule": "commbench/calibration/band.py"}
 
@@ -70,8 +75,7 @@ class BandTerms:
     latency_share: float
 
     def width(self, priors: Priors = DEFAULT_PRIORS) -> float:
-        lo, hi = priors.bytes_per_doubling, priors.latency_per_doubling
-        prior = lo + (hi - lo) * self.latency_share
+        prior = priors.per_doubling(self.latency_share)
         return max(self.measured, prior * self.reach, priors.floor)
 
 
@@ -102,8 +106,7 @@ def band_terms(
 ) -> tuple[BandTerms, str]:
     """node_band's terms and its why."""
     reach = abs(math.log2(n_to / n_from)) if n_from > 0 and n_to > 0 else 0.0
-    lo, hi = priors.bytes_per_doubling, priors.latency_per_doubling
-    prior = lo + (hi - lo) * latency_share
+    prior = priors.per_doubling(latency_share)
     spread = [
         (abs(t / seconds - 1), abs(math.log2(n_from / c)))
         for c, t in others
@@ -138,40 +141,41 @@ def _span(lo: float, hi: float) -> str:
     )
 
 
-def export_notes(doc: dict) -> list[str]:
-    """For an export's notes: per link class measured at nodes > 1, the node counts measured and
-    the band commbench states beyond them (a simulator scaling the link carries no band)."""
+def _node_counts(doc: dict) -> dict[str, list[int]]:
+    """Per link class, the node counts > 1 a calibration's series were measured at."""
     counts: dict[str, set[int]] = {}
     for s in doc.get("series", ()):
         for shape in s.get("shapes", ()):
             if shape.get("nodes", 1) > 1:
                 counts.setdefault(s["link_class"], set()).add(int(shape["nodes"]))
+    return {link: sorted(n) for link, n in counts.items()}
+
+
+def export_notes(doc: dict) -> list[str]:
+    """For an export's notes: per link class measured at nodes > 1, the node counts measured and
+    the band commbench states beyond them (the calibration's priors; a simulator scaling the
+    link carries no band)."""
+    pr = Priors.of(doc)
     return [
-        f"{link}: measured at {'+'.join(map(str, sorted(n)))} nodes; beyond them commbench "
-        f"states a band of {_span(PRIOR_BW, PRIOR_LAT)} per doubling "
+        f"{link}: measured at {'+'.join(map(str, n))} nodes; beyond them commbench "
+        f"states a band of {_span(pr.bytes_per_doubling, pr.latency_per_doubling)} per doubling "
         f"of the node count, at least what the measured counts disagree by "
         "(commbench validate --extrapolate; calibration/band.py)"
-        for link, n in sorted(counts.items())
+        for link, n in sorted(_node_counts(doc).items())
     ]
 
 
 def plan_note(doc: dict, axis: str, link_class: str, hosts: int) -> str | None:
     """For `plan --explain`: where a parallel axis' groups span more hosts than the link was
-    measured at, the band commbench states there (the prior over the reach: bytes to latency);
-    None within the measured counts."""
-    counts = sorted(
-        {
-            int(shape["nodes"])
-            for s in doc.get("series", ())
-            if s["link_class"] == link_class
-            for shape in s.get("shapes", ())
-            if shape.get("nodes", 1) > 1
-        }
-    )
+    measured at, the band commbench states there (the calibration's prior over the reach: bytes
+    to latency); None within the measured counts."""
+    counts = _node_counts(doc).get(link_class, [])
     if not counts or hosts <= counts[-1]:
         return None
     reach = math.log2(hosts / counts[-1])
-    lo, hi = max(PRIOR_BW * reach, FLOOR), max(PRIOR_LAT * reach, FLOOR)
+    pr = Priors.of(doc)
+    lo = max(pr.bytes_per_doubling * reach, pr.floor)
+    hi = max(pr.latency_per_doubling * reach, pr.floor)
     return (
         f"{axis} spans {hosts} hosts, its {link_class} link was measured at "
         f"{'+'.join(map(str, counts))}: {reach:.1f} doublings beyond, where commbench states a "

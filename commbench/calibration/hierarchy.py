@@ -57,34 +57,46 @@ def hierarchical_ratio(
     return target / base if base > 0 else None
 
 
+# a series' (beta per byte of S at S, (bytes, seconds) of its latency regime): _measured
+Measured = tuple[float, tuple[float, float]]
+
+
+def _nccl_terms(
+    intra: LinkModel | None, op: str, shape_from: tuple[int, int], nbytes: float, measured: Measured
+) -> tuple[float, float | None, float] | None:
+    """(inter-node step, intra-node hop, beta per byte of the ring's B S) of NCCL's model of
+    op for a series measured at shape_from: beta its bandwidth there (NCCL's own differs by
+    node count; all-to-all: per NIC byte), the step what its latency regime takes (the
+    smallest sizes), intra-node steps at the intra link's alpha for op (None: NCCL's default
+    NVLink / network ratio); None where NCCL has no model of op."""
+    steps_q = nccl_steps(op, "ring", *shape_from)
+    if steps_q is None or steps_q[2] <= 0:
+        return None
+    beta_s, (small, t_small) = measured
+    beta = beta_s / steps_q[2]
+    other = intra.terms_at(op, nbytes) if intra is not None else None
+    hop = other.alpha_s if other is not None else None
+    return nccl_inter_latency(op, shape_from, small, t_small, hop, beta), hop, beta
+
+
 def nccl_ratio(
     intra: LinkModel | None,
     op: str,
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
-    measured: tuple[float, float, tuple[float, float] | None],
+    measured: Measured,
     bandwidth_scale: float = 1.0,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
-    faster of ring and tree (calibration.algorithms), and the algorithm of each; None where
-    NCCL has no model of op. `measured` is the series' (seconds, beta per byte of S) at S: its
-    bandwidth is that node count's (NCCL's own differs by node count), its time what the
-    envelope must take at shape_from, which sets the inter-node step; intra-node steps at the
-    intra link's alpha for op (else NCCL's default NVLink / network ratio). `bandwidth_scale`:
+    faster of ring and tree (calibration.algorithms), and the algorithm of each, on the terms
+    _nccl_terms fits to the series; None where NCCL has no model of op. `bandwidth_scale`:
     shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it is the same."""
     (q, nq), (p, n) = shape_from, shape_to
-    steps_q = nccl_steps(op, "ring", q, nq)
-    if steps_q is None or n < 1 or p < n or steps_q[2] <= 0:
+    terms = _nccl_terms(intra, op, shape_from, nbytes, measured)
+    if terms is None or n < 1 or p < n:
         return None
-    seconds, beta_s, latency = measured
-    beta = beta_s / steps_q[2]  # per byte of the ring's B(q, Nq) S (all-to-all: per NIC byte)
-    other = intra.terms_at(op, nbytes) if intra is not None else None
-    hop = other.alpha_s if other is not None else None
-    if latency is not None:  # the step from the latency regime (the smallest sizes)
-        step = nccl_inter_latency(op, shape_from, latency[0], latency[1], hop, beta)
-    else:
-        step = nccl_inter_latency(op, shape_from, nbytes, seconds, hop, beta)
+    step, hop, beta = terms
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
     target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale)
     return (target / base, alg_q, alg_p) if base > 0 else None
@@ -97,11 +109,11 @@ def to_nodes(
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
-    measured: tuple[float, float, tuple[float, float] | None],
+    measured: Measured,
     bandwidth_scale: float = 1.0,
 ) -> tuple[float, str, list[str]] | None:
-    """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its (seconds,
-    beta per byte) at S, scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
+    """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its beta per
+    byte at S and latency regime (_measured), scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
     else by hierarchical_ratio with the intra link's terms under the same model; (ratio,
     method, notes), or None."""
     (q, nq), (p, n) = shape_from, shape_to
@@ -146,11 +158,11 @@ class Scaled:
     terms: BandTerms | None = None  # what band is made of (band.py), for scoring other priors
 
 
-def _measured(s: SeriesModel, nbytes: float) -> tuple[float, float, tuple[float, float]]:
-    """(seconds, beta per byte of S) of s at S, and (bytes, seconds) of its latency regime:
-    its smallest size > 0 (a size-0 row of nccl-tests launches nothing: never divided by)."""
+def _measured(s: SeriesModel, nbytes: float) -> Measured:
+    """The beta per byte of S of s at S, and (bytes, seconds) of its latency regime: its
+    smallest size > 0 (a size-0 row of nccl-tests launches nothing: never divided by)."""
     small = min((b for b, _ in s.knots if b > 0), default=max(s.bytes_min, 1))
-    return s.at(nbytes), segment_for(s.segments, nbytes).beta_s_per_byte, (small, s.at(small))
+    return segment_for(s.segments, nbytes).beta_s_per_byte, (small, s.at(small))
 
 
 def _latency_share(
@@ -164,14 +176,10 @@ def _latency_share(
     """The share of NCCL's time at shape_to that is latency steps, not bytes (nccl_ratio's
     terms; 0 where NCCL has no model of op): where latency dominates, the steps were scaled
     furthest and the band is widest."""
-    steps_q = nccl_steps(op, "ring", *shape_from)
-    if steps_q is None or steps_q[2] <= 0:
+    terms = _nccl_terms(intra, op, shape_from, nbytes, _measured(s, nbytes))
+    if terms is None:
         return 0.0
-    seconds, beta_s, (small, t_small) = _measured(s, nbytes)
-    beta = beta_s / steps_q[2]
-    other = intra.terms_at(op, nbytes) if intra is not None else None
-    hop = other.alpha_s if other is not None else None
-    step = nccl_inter_latency(op, shape_from, small, t_small, hop, beta)
+    step, hop, beta = terms
     total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta)
     steps = nccl_steps(op, alg, *shape_to)
     if steps is None or total <= 0:

@@ -38,6 +38,7 @@ def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
     """The run's records of one primitive op with a positive time and a clean check; the op
     records that have neither are counted in `left_out`, by why."""
     out = []
+    counts = left_out if left_out is not None else Counter()
     for rec in run.records:
         if rec.get("kind") not in OP_KINDS:
             continue
@@ -46,18 +47,13 @@ def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
             continue
         t = rec.get("time_us")
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0:
-            if left_out is not None:
-                left_out["with no positive time"] += 1
-            continue
-        if (rec.get("wrong") or 0) > 0:
-            if left_out is not None:
-                left_out["with wrong data (the run's #wrong)"] += 1
-            continue
-        if rec.get("sized") is False:
-            if left_out is not None:
-                left_out["with no size (the trace did not say)"] += 1
-            continue
-        out.append(rec)
+            counts["with no positive time"] += 1
+        elif (rec.get("wrong") or 0) > 0:
+            counts["with wrong data (the run's #wrong)"] += 1
+        elif rec.get("sized") is False:
+            counts["with no size (the trace did not say)"] += 1
+        else:
+            out.append(rec)
     return out
 
 

@@ -154,7 +154,7 @@ def _simai(args, cal, chosen) -> tuple[dict[str, str], list[str], str]:
 
     cfg = plan.explain(req, cal, args.config).config
     planner = plan.Planner(req, cal, exact=True)
-    layout = cfg.layout(req.gpus, planner.nodes)
+    layout = cfg.layout(req.gpus, ())  # planner.where places it from the strides
     step = verify.step_program(req, cfg)  # the Program `suite step` measures
     steps = [st for st in step.steps if st.schedule is None]
     pp_bytes = max((a.nbytes for st in step.steps for acts in st.schedule or () for a in acts

@@ -22,15 +22,17 @@ def explain(req: PlanRequest, cal: Calibration, text: str) -> Evaluation:
     not fit (say so), with every Program step's estimate."""
     want = parse_config(text)
     deg = explain_degrees(req, want, text)
-    if "virtual_stages" in want:  # a named interleaving depth is searched for this config
-        req = replace(req, virtual_stages=(want["virtual_stages"],))
+    # the named interleaving depth, else plain 1F1B, is searched whatever --virtual-stages lists
+    # (with only 2 listed, an unnamed depth found no split)
+    req = replace(req, virtual_stages=(want.get("virtual_stages", 1),))
     planner = Planner(req, cal)
+
+    # an unnamed interleaving depth is plain 1F1B
+    named = {"virtual_stages": 1, **deg, **{k: v for k, v in want.items() if k != "order"}}
 
     def matches(cfg: Config) -> bool:
         d = cfg.as_dict()
-        named = {**deg, **{k: v for k, v in want.items() if k != "order"}}
-        plain = d.get("virtual_stages", 1) == want.get("virtual_stages", 1)  # unnamed: 1F1B
-        return plain and all(d[k] == v for k, v in named.items())
+        return all(d[k] == v for k, v in named.items())
 
     hits = [c for c in candidates(req) if matches(c.config)]
     if not hits:

@@ -7,6 +7,7 @@ from commbench.dtypes import dtype_size
 from commbench.plan.request import KV_CACHE_DTYPES, PlanRequest
 from commbench.plan.search import Config
 from commbench.traffic.memory import activation_bytes_per_layer, kv_cache_bytes, training_memory
+from commbench.traffic.patterns.pp import GPIPE
 
 
 def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
@@ -30,7 +31,7 @@ def memory(req: PlanRequest, cfg: Config) -> dict[str, float]:
             virtual_stages=cfg.virtual_stages,
             recompute_modules=req.recompute_modules,
             fp8=req.fp8,
-            gpipe=req.pp_schedule == "ScheduleGPipe",
+            gpipe=req.pp_schedule == GPIPE,
         ).as_dict()
         return {**mem, "kv_cache": 0.0}  # TrainingMemory's total already sums the rest
     weights = model.rank_params(cfg.tp, cfg.pp, cfg.ep) * dtype_size("bfloat16")

@@ -111,10 +111,9 @@ def compute_per_micro_batch(req: PlanRequest, cfg: Config) -> tuple[float | None
     flops_s, memory_s = decode_compute(req, cfg)
     m = decode_split(req, cfg)[1]
     rate = req.peak_tflops * 1e12 * req.mfu
-    replica = cfg.tp * cfg.cp * cfg.pp  # GPUs that share one replica's work
     prompts = cfg.micro_batch * req.seq * flops_per_token(req.model, req.seq, "infer")
     assert flops_s is not None and memory_s is not None
-    return prompts / (replica * rate), max(flops_s, memory_s) / m
+    return prompts / (cfg.replica * rate), max(flops_s, memory_s) / m
 
 
 def decode_compute(req: PlanRequest, cfg: Config) -> tuple[float | None, float | None]:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from commbench.plan.gpu_memory import memory
 from commbench.plan.request import GB, PlanRequest, gb
 from commbench.plan.result import Evaluation
-from commbench.plan.search import Candidate, Config
+from commbench.plan.search import Candidate
 
 # a full recompute re-runs each layer's forward in the backward: 4/3 of the step's FLOPs
 # (Korthikanti et al. 2022, 3.3; Megatron-LM's --recompute-granularity full)
@@ -30,11 +30,6 @@ def lever(req: PlanRequest) -> tuple[PlanRequest, str] | None:
     if req.recompute == "full":
         return None
     return replace(req, recompute="full", recompute_modules=()), "full recompute (--recompute full)"
-
-
-def replica(c: Config) -> int:
-    """GPUs one model replica spans: tp x cp x pp."""
-    return c.tp * c.cp * c.pp
 
 
 def cp_for_memory(
@@ -62,7 +57,7 @@ def cp_for_memory(
     for c in rejected:
         a = c.config
         if c.stage != "memory" or not (
-            (b.cp > 1 and a.cp == 1) or (wider and replica(a) < replica(b))
+            (b.cp > 1 and a.cp == 1) or (wider and a.replica < b.replica)
         ):
             continue
         mem = memory(req2, a)
@@ -82,7 +77,7 @@ def cp_for_memory(
     what = (
         f"CP {b.cp}"
         if b.cp > 1 and a.cp == 1
-        else f"{replica(b)} GPUs a replica (tp x cp x pp; {replica(a)} would do)"
+        else f"{b.replica} GPUs a replica (tp x cp x pp; {a.replica} would do)"
     )
     why = (
         "a quantized KV cache is often cheaper than "

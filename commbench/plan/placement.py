@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.traffic.layout import ENDS, SUB_AXIS, Axis, Mesh, ParallelLayout
+from commbench.traffic.layout import ENDS, SUB_AXIS, GroupInfo, Mesh, ParallelLayout
 
 
 @dataclass(frozen=True)
@@ -33,21 +33,13 @@ class AxisPlacement:
     link_class: str  # "intra" | "inter"
 
 
-def mesh_of(layout: ParallelLayout, axis: str) -> Mesh:
-    """The mesh `axis` lives on: ep and edp the expert mesh, the rest the dense one."""
-    if any(a in (Axis.EP, Axis.EDP) for a in axis.split("-")):
-        return layout.expert
-    return layout.dense
-
-
-def _split(mesh: Mesh, axis: str) -> tuple[list[int], list[int]]:
-    """(indices of the axis's own mesh axes, indices of the others)."""
+def _own(mesh: Mesh, axis: str) -> list[int]:
+    """Indices of the axis's own mesh axes (`dp-cp`: both), as Mesh.groups names them."""
     names = axis.split("-")
     for n in names:
         if n not in mesh.axes:
             raise UsageError(f"unknown axis {n!r}: this layout has {', '.join(mesh.axes)}")
-    own = sorted({mesh.axes.index(n) for n in names})
-    return own, [k for k in range(len(mesh.axes)) if k not in own]
+    return sorted({mesh.axes.index(n) for n in names})
 
 
 def _residues(dims: tuple[int, ...], strides: list[int], axes: list[int], g: int) -> np.ndarray:
@@ -71,9 +63,7 @@ def _place(
         coords = np.unique([0, dims[k] - 1]) if ends else np.arange(dims[k])
         offsets = (offsets[None, :] + coords.astype(np.int64)[:, None] * strides[k]).ravel()
     offsets.sort()
-    size = len(offsets)
-    steps = set(np.diff(offsets).tolist())
-    stride = steps.pop() if len(steps) == 1 else (0 if size == 1 else -1)
+    size, stride = len(offsets), GroupInfo.stride_of(offsets.tolist())
     others = [k for k in range(len(dims)) if k not in own]
     spanned = 0
     for r in _residues(dims, strides, others, g).tolist():
@@ -85,10 +75,10 @@ def _place(
 def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> AxisPlacement:
     """Size, stride, hosts spanned and link class of `axis`'s groups on nodes of
     `gpus_per_node` ranks (rank r on node r // gpus_per_node, as host_map numbers them)."""
-    mesh = mesh_of(layout, axis)
+    mesh = layout.mesh(axis)
     sub = SUB_AXIS.match(axis)
     if sub:  # the axis's dim split in two (a, dim / a): blocks are the first, across the second
-        (k,), _ = _split(mesh, sub.group(1))
+        (k,) = _own(mesh, sub.group(1))
         a = int(sub.group(3))
         if mesh.dims[k] % a:
             raise UsageError(f"axis {axis!r}: {a} does not divide the size {mesh.dims[k]}")
@@ -97,7 +87,7 @@ def axis_placement(layout: ParallelLayout, axis: str, gpus_per_node: int) -> Axi
         size, stride, spanned = _place(dims, (own_k,), gpus_per_node)
         return AxisPlacement(axis, size, stride, spanned, "intra" if spanned == 1 else "inter")
     ends = axis.endswith(ENDS)
-    own, _ = _split(mesh, axis[: -len(ENDS)] if ends else axis)
+    own = _own(mesh, axis[: -len(ENDS)] if ends else axis)
     size, stride, spanned = _place(mesh.dims, tuple(own), gpus_per_node, ends)
     return AxisPlacement(axis, size, stride, spanned, "intra" if spanned == 1 else "inter")
 
@@ -118,7 +108,7 @@ def stage_links(layout: ParallelLayout, axis: str, gpus_per_node: int) -> tuple[
     """pp.stage_links of a pipeline axis without its groups: the link class between stage i
     and i+1 for each i (and, p > 2, between the last and the first: interleaved 1F1B's ring), `inter`
     where any pipeline's two ranks sit on different nodes."""
-    mesh = mesh_of(layout, axis)
-    own, _ = _split(mesh, axis)
+    mesh = layout.mesh(axis)
+    own = _own(mesh, axis)
     assert len(own) == 1, axis  # a pipeline runs along one axis
     return _stage_links(mesh.dims, own[0], gpus_per_node)

@@ -29,11 +29,11 @@ from commbench.plan.step_time import RoleTimes, step_time
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
 from commbench.traffic.patterns import Role
+from commbench.traffic.patterns.pp import GPIPE
 from commbench.traffic.program import Program
 
 # the patterns whose Program is the 1F1B schedule: they get the compute model's options
 PIPELINE = tuple(s.name for s in patterns.PATTERNS.values() if s.role is Role.PIPELINE)
-GPIPE = "ScheduleGPipe"  # torch's schedule class with all forwards first (pattern pp)
 PP_BASE = 8  # micro-batches a long 1F1B schedule is simulated with before it is extended
 
 
@@ -51,11 +51,6 @@ class Planner:
         self._programs: dict[tuple, Any] = {}
         self._estimates: dict[tuple, ProgramEstimate] = {}
         self._info: dict[tuple, AxisPlacement] = {}
-
-    @property
-    def nodes(self) -> tuple[int, ...]:
-        """Node of every rank (for --verify's layouts; pricing works from the strides)."""
-        return self.req.nodes
 
     # programs
     def workload(self, cfg: Config) -> dict[str, Any]:

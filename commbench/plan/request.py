@@ -13,6 +13,8 @@ from commbench.errors import UsageError
 from commbench.traffic.layout import host_map
 from commbench.traffic.memory import check_activation_options
 from commbench.traffic.model import ModelShape
+from commbench.traffic.patterns.base import FRAMEWORKS, check_choice
+from commbench.traffic.patterns.pp import check_schedule
 from commbench.traffic.presets import parse_model_arg
 
 if TYPE_CHECKING:
@@ -65,12 +67,8 @@ class PlanRequest:
     pp_schedule: str | None = None  # torchtitan: torch's pipelining schedule class (pattern pp)
 
     def __post_init__(self) -> None:
-        from commbench.traffic.patterns.base import FRAMEWORKS, check_choice
-
         check_choice("--framework", self.framework, FRAMEWORKS)
         if self.pp_schedule is not None:
-            from commbench.traffic.patterns.pp import check_schedule
-
             for v in self.virtual_stages:
                 check_schedule(self.pp_schedule, self.framework, v)
         if self.gpus < 1 or self.gpus_per_node < 1:

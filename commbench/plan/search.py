@@ -13,6 +13,7 @@ from commbench.errors import UsageError
 from commbench.plan.request import PlanRequest
 from commbench.traffic.layout import DEFAULT_ORDER, Axis, ParallelLayout, parse_order
 from commbench.traffic.model import ModelShape
+from commbench.traffic.patterns import pp_interleaved
 from commbench.traffic.patterns.base import violations
 from commbench.traffic.pipeline_split import virtual_error
 
@@ -43,6 +44,11 @@ class Config:
             parts.append(f"ep{self.ep}")
         vp = [f"vp{self.virtual_stages}"] if self.virtual_stages > 1 else []
         return "-".join(parts + [f"dp{self.dp}", f"pp{self.pp}"] + vp)
+
+    @property
+    def replica(self) -> int:
+        """GPUs one model replica spans: tp x cp x pp (dp replicas of it make the job)."""
+        return self.tp * self.cp * self.pp
 
     @property
     def full_label(self) -> str:
@@ -105,9 +111,9 @@ def rank_orders(degrees: dict[str, int]) -> list[tuple[Axis, ...]]:
 
 def virtual_stages(model: ModelShape, pp: int, wanted: tuple[int, ...]) -> dict[int, str]:
     """The interleaving depths of `wanted` (--virtual-stages) for a pp-stage pipeline, each
-    with why it cannot run ("" if it can): below 3 stages only plain 1F1B (Megatron's bound
-    without p2p overlap); a depth must split every stage's layers evenly."""
-    if pp < 3:
+    with why it cannot run ("" if it can): below pp_interleaved.MIN_STAGES only plain 1F1B
+    (Megatron's bound without p2p overlap); a depth must split every stage's layers evenly."""
+    if pp < pp_interleaved.MIN_STAGES:
         return {1: ""}
     return {
         v: "" if v == 1 else virtual_error(model.layers, pp, model.split, v) or "" for v in wanted
@@ -146,12 +152,9 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                             stages = [req.zero_stages[0]]
                             reasons.append("ZeRO needs dp x cp > 1 to shard over")
                         for z, (vp, why) in itertools.product(stages, vps.items()):
-                            more = [why] if why else []
-                            if vp > 1 and m and m % pp:
-                                more.append(
-                                    f"interleaving needs the {m} micro-batches a multiple of "
-                                    f"pp={pp}"
-                                )
+                            # the layers' split, then Megatron's micro-batch condition
+                            schedule = pp_interleaved.error(pp, m, vp) if m else None
+                            more = [w for w in (why, schedule) if w]
                             cfg = Config(
                                 tp=tp,
                                 cp=cp,

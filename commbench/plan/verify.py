@@ -20,6 +20,7 @@ from commbench.plan.result import PlanResult
 from commbench.plan.search import Config
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.patterns.pp import GPIPE
 from commbench.traffic.program import Program
 
 STEP_PATTERN = next(s.name for s in patterns.PATTERNS.values() if s.role is patterns.Role.STEP)
@@ -59,7 +60,7 @@ def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
         "zero_stage": cfg.zero_stage,
         "framework": req.framework,
         "virtual_stages": cfg.virtual_stages,
-        **({"pp_schedule": req.pp_schedule} if req.pp_schedule == "ScheduleGPipe" else {}),
+        **({"pp_schedule": req.pp_schedule} if req.pp_schedule == GPIPE else {}),
     }
 
 
@@ -87,8 +88,7 @@ def median_by_axis(rounds: list[dict[str, float]]) -> dict[str, float]:
 def predicted(planner: Planner, cfg: Config, prog: Program) -> dict[str, float]:
     """The planner's price of the step Program, seconds per axis (a step it cannot price is
     a UsageError naming it)."""
-    layout = cfg.layout(planner.req.gpus, planner.nodes)
-    est = planner.evaluator.program(prog, layout, placement=planner.where(layout))
+    est = planner.price(prog, cfg.layout(planner.req.gpus, ()))  # as the ranking priced it
     if est.error:
         raise UsageError(f"--verify {cfg.label}: cannot price the step: {est.error}")
     return by_axis(prog, [s.comm_s for s in est.steps])

@@ -67,6 +67,13 @@ class GroupInfo:
     hosts_spanned: int  # the most hosts any one group touches
     link_class: str  # "intra" | "inter"
 
+    @staticmethod
+    def stride_of(members: list[int]) -> int:
+        """Rank distance between a group's neighbours (ascending ranks): -1 when not uniform,
+        0 for one rank."""
+        steps = {b - a for a, b in zip(members, members[1:])}
+        return steps.pop() if len(steps) == 1 else (0 if len(members) == 1 else -1)
+
     def as_record(self) -> dict:
         """The placement fields every record carries."""
         return {
@@ -164,8 +171,7 @@ class Mesh:
     def _info(self, axis: str) -> GroupInfo:
         groups = self.groups(axis)
         first = groups[0]
-        steps = {b - a for a, b in zip(first, first[1:])}
-        stride = steps.pop() if len(steps) == 1 else (0 if len(first) == 1 else -1)
+        stride = GroupInfo.stride_of(list(first))
         nodes = self.nodes or (0,) * self.world
         spanned = max(len({nodes[r] for r in g}) for g in groups)
         return GroupInfo(
@@ -254,11 +260,15 @@ class ParallelLayout:
         dims = {Axis.TP: self.tp, Axis.EP: self.ep, Axis.EDP: self.edp, Axis.PP: self.pp}
         return Mesh(EXPERT_AXES, tuple(dims[a] for a in EXPERT_AXES), self.nodes)
 
-    def info(self, axis: str) -> GroupInfo:
-        """Groups of `axis`; `ep` and `edp` come from the expert mesh, the rest from the dense one."""
+    def mesh(self, axis: str) -> Mesh:
+        """The mesh `axis` lives on: `ep` and `edp` the expert one, the rest the dense one."""
         if any(a in (Axis.EP, Axis.EDP) for a in axis.split("-")):
-            return self.expert.info(axis)
-        return self.dense.info(axis)
+            return self.expert
+        return self.dense
+
+    def info(self, axis: str) -> GroupInfo:
+        """Groups of `axis`, on its mesh."""
+        return self.mesh(axis).info(axis)
 
     def groups(self, axis: str) -> tuple[tuple[int, ...], ...]:
         return self.info(axis).groups

@@ -210,9 +210,9 @@ def activation_bytes(
         held = per_mb * chunks / virtual_stages
     else:
         held = per_mb * in_flight_micro_batches(pp, micro_batches, stage, gpipe)
-    if stage == pp - 1:
+    if stage == pp - 1:  # the output layer's, for each micro-batch the last stage holds
         out = output_activation_bytes(model, seq, micro_batch, tp, cp, sequence_parallel)
-        held += out * (micro_batches if gpipe and pp > 1 else 1)
+        held += out * in_flight_micro_batches(pp, micro_batches, stage, gpipe)
     return held
 
 

@@ -58,23 +58,32 @@ class PipelineSplit:
         return ",".join(parts) or "even"
 
 
-def check_settings(model: str, split: PipelineSplit) -> None:
-    """Settings wrong at any depth (a stage given no layers; both kinds at once): UsageError
-    naming the value, raised when the model is read, before any search."""
+def settings_error(split: PipelineSplit) -> str | None:
+    """Why the settings are wrong at any depth (a stage given no layers; both kinds at once),
+    naming the value, or None."""
     if split.uneven and split.accounted:
-        raise UsageError(
-            f"model {model}: decoder_first/last_pipeline_num_layers and account_for_embedding/"
-            "loss_in_pipeline_split cannot be used together (Megatron-Core refuses it)"
+        return (
+            "decoder_first/last_pipeline_num_layers and account_for_embedding/loss_in_"
+            "pipeline_split cannot be used together (Megatron-Core refuses it)"
         )
     for name in ("first", "last"):
         value = getattr(split, f"decoder_{name}_pipeline_num_layers")
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
-            raise UsageError(
-                f"model {model}: decoder_{name}_pipeline_num_layers={value!r} leaves the {name} "
-                "stage without layers (give 1 or more)"
+            return (
+                f"decoder_{name}_pipeline_num_layers={value!r} leaves the {name} stage without "
+                "layers (give 1 or more)"
             )
+    return None
+
+
+def check_settings(model: str, split: PipelineSplit) -> None:
+    """settings_error as a UsageError naming the model, raised when the model is read, before
+    any search."""
+    bad = settings_error(split)
+    if bad:
+        raise UsageError(f"model {model}: {bad}")
 
 
 def split_error(layers: int, pp: int, split: PipelineSplit) -> str | None:
@@ -92,24 +101,16 @@ def stage_counts(layers: int, pp: int, split: PipelineSplit = PipelineSplit()) -
     value when the split does not work (one stage: every layer, the settings unused)."""
     first = split.decoder_first_pipeline_num_layers
     last = split.decoder_last_pipeline_num_layers
-    if split.uneven and split.accounted:
-        raise UsageError(
-            "decoder_first/last_pipeline_num_layers and account_for_embedding/loss_in_"
-            "pipeline_split cannot be used together (Megatron-Core refuses it)"
-        )
+    bad = settings_error(split)
+    if bad:
+        raise UsageError(bad)
     if pp == 1:
         return (layers,)
     if split.uneven:
         rest, left = layers, pp
-        for name, value in (("first", first), ("last", last)):
-            if value is None:
-                continue
-            if value < 1:
-                raise UsageError(
-                    f"decoder_{name}_pipeline_num_layers={value} leaves the {name} stage "
-                    "without layers"
-                )
-            rest, left = rest - value, left - 1
+        for value in (first, last):
+            if value is not None:
+                rest, left = rest - value, left - 1
         if left == 0:
             if rest:
                 raise UsageError(
@@ -153,15 +154,23 @@ def stage_counts(layers: int, pp: int, split: PipelineSplit = PipelineSplit()) -
     return tuple(counts)
 
 
+def stage_slots(layers: int, pp: int, split: PipelineSplit) -> list[int]:
+    """Each stage's layer slots: its layers, plus the embedding / loss where the split counts
+    them as a layer (Megatron's premise; one stage: its layers, the settings unused)."""
+    counts = list(stage_counts(layers, pp, split))
+    if pp > 1:
+        counts[0] += int(split.account_for_embedding_in_pipeline_split)
+        counts[-1] += int(split.account_for_loss_in_pipeline_split)
+    return counts
+
+
 def virtual_error(layers: int, pp: int, split: PipelineSplit, v: int) -> str | None:
     """Why `v` virtual stages (model chunks) a stage cannot hold its layers, or None: each
-    stage's layer slots (its layers, plus the embedding / loss where counted) must split
-    into v chunks of at least one (Megatron asserts the divisibility)."""
+    stage's layer slots (stage_slots) must split into v chunks of at least one (Megatron
+    asserts the divisibility)."""
     if v == 1 or pp == 1:
         return None
-    counts = list(stage_counts(layers, pp, split))
-    counts[0] += int(split.account_for_embedding_in_pipeline_split)
-    counts[-1] += int(split.account_for_loss_in_pipeline_split)
+    counts = stage_slots(layers, pp, split)
     for i, n in enumerate(counts):
         if n < v or n % v:
             return (
@@ -172,12 +181,9 @@ def virtual_error(layers: int, pp: int, split: PipelineSplit, v: int) -> str | N
 
 
 def stage_weights(layers: int, pp: int, split: PipelineSplit) -> tuple[float, ...]:
-    """Each stage's share of the compute relative to the mean stage (1.0 = even): its layers,
-    plus the embedding / loss where the split counts them as a layer (Megatron's premise)."""
-    counts = list(stage_counts(layers, pp, split))
-    if pp > 1:
-        counts[0] += int(split.account_for_embedding_in_pipeline_split)
-        counts[-1] += int(split.account_for_loss_in_pipeline_split)
+    """Each stage's share of the compute relative to the mean stage (1.0 = even): its layer
+    slots (stage_slots) over their mean."""
+    counts = stage_slots(layers, pp, split)
     mean = sum(counts) / pp
     return tuple(c / mean for c in counts)
 

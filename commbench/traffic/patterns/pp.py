@@ -34,7 +34,8 @@ AXIS = Axis.PP
 FWD, BWD = 0, 1
 
 
-PP_SCHEDULES = ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B")
+GPIPE = "ScheduleGPipe"  # torch's schedule class with all forwards first
+PP_SCHEDULES = (GPIPE, "Schedule1F1B", "ScheduleInterleaved1F1B")
 
 
 @dataclass(frozen=True)
@@ -315,7 +316,7 @@ def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Progra
     if p == 1:
         return Program(NAME, (), meta)
     even = len(set(weights)) == 1
-    is_gpipe = options.pp_schedule == "ScheduleGPipe"
+    is_gpipe = options.pp_schedule == GPIPE
     meta["pp_schedule"] = options.pp_schedule or ("1F1B" if v == 1 else "interleaved 1F1B")
     name = "GPipe" if is_gpipe else "1F1B" if v == 1 else f"interleaved 1F1B v={v}"
     step = Step(

@@ -23,21 +23,32 @@ from commbench.errors import UsageError
 from commbench.traffic.program import Action
 
 FWD, BWD = 0, 1
+MIN_STAGES = 3  # Megatron interleaves only from pp = 3 without p2p overlap
 
 
-def check(p: int, m: int, v: int) -> None:
-    """Megatron's conditions on an interleaved schedule, as a UsageError naming the value."""
+def error(p: int, m: int, v: int) -> str | None:
+    """Why Megatron cannot run an interleaved schedule of p stages, m micro-batches and v
+    virtual stages, naming the value; None when it can (or v = 1: not interleaved)."""
     if v < 2:
-        return
-    if p < 3:
-        raise UsageError(
-            f"virtual_stages={v} needs pp of 3 or more (Megatron without p2p overlap), got pp={p}"
+        return None
+    if p < MIN_STAGES:
+        return (
+            f"virtual_stages={v} needs pp of {MIN_STAGES} or more (Megatron without p2p overlap), "
+            f"got pp={p}"
         )
     if m % p:
-        raise UsageError(
+        return (
             f"virtual_stages={v}: micro_batches={m} must be a multiple of pp={p} (Megatron's "
             "interleaved schedule)"
         )
+    return None
+
+
+def check(p: int, m: int, v: int) -> None:
+    """error() as a UsageError."""
+    bad = error(p, m, v)
+    if bad:
+        raise UsageError(bad)
 
 
 def table(p: int, m: int, v: int) -> list[tuple[int, int]]:
