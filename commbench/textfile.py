@@ -62,7 +62,7 @@ def _in_comment(data: bytes, at: int, marker: bytes) -> bool:
 def loads_json(text: str, where: str) -> Any:
     """JSON text, its integers bounded; one line naming `where` and the line when it is not
     JSON."""
-    from commbench.traffic.keys import unique_pairs
+    from commbench.keys import unique_pairs
 
     try:
         return json.loads(text, parse_int=bounded_json_int, object_pairs_hook=unique_pairs)
@@ -92,7 +92,7 @@ def _yaml_loader() -> type:
     twice (keys.unique_key_loader), with integers bounded by MAX_DIGITS."""
     import yaml
 
-    from commbench.traffic.keys import yaml_loader as unique_key_loader
+    from commbench.keys import yaml_loader as unique_key_loader
 
     class BoundedLoader(unique_key_loader()):  # type: ignore[misc]
         pass
