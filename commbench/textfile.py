@@ -11,6 +11,7 @@ would raise a ValueError past 4300 digits, an internal error).
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +88,14 @@ class _LongInt(UsageError):
         self.line = line
 
 
-def _yaml_loader() -> type:
-    """yaml's safe loader (libyaml's when built: ~50 ms less per rank) refusing a key given
-    twice (keys.unique_key_loader), with integers bounded by MAX_DIGITS."""
+@cache
+def yaml_loader() -> type:
+    """The one YAML loader every reader gets, made once (yaml is imported only by those who
+    parse YAML): yaml's safe loader (libyaml's when built: ~50 ms less per rank) refusing a key
+    given twice (keys.unique_key_loader), with integers bounded by MAX_DIGITS."""
     import yaml
 
-    from commbench.keys import yaml_loader as unique_key_loader
+    from commbench.keys import unique_key_loader
 
     class BoundedLoader(unique_key_loader()):  # type: ignore[misc]
         pass
@@ -105,16 +108,6 @@ def _yaml_loader() -> type:
 
     BoundedLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return BoundedLoader
-
-
-_LOADER: list[type] = []
-
-
-def yaml_loader() -> type:
-    """The bounded YAML loader, made once (yaml is imported only by those who parse YAML)."""
-    if not _LOADER:
-        _LOADER.append(_yaml_loader())
-    return _LOADER[0]
 
 
 def loads_yaml(text: str, where: str, strict: bool = True) -> Any:

@@ -334,7 +334,7 @@ def test_duplicate_yaml_key_is_refused(tmp_path, capsys):
     job = run_single("check", "--dry-run", "--world", "2", "--thresholds", str(thresholds))
     assert job.returncode == 2 and "'min_pct' given twice" in job.stderr, job.output
     with pytest.raises(yaml.YAMLError):  # the loader every reader of a YAML file gets
-        from commbench.keys import yaml_loader
+        from commbench.textfile import yaml_loader
 
         yaml.load("a: {b: 1, b: 2}\n", Loader=yaml_loader())
     COUNTS[UNCLEAR] += 1
