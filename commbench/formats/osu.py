@@ -30,6 +30,7 @@ from commbench.formats.common import (
     number,
     rate_unit,
     read_lines,
+    size_cell,
     time_cell,
 )
 from commbench.ops import OPS
@@ -191,7 +192,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     f"{path}:{n}: row has {len(tok)} columns but the header has {len(cols)} "
                     f"({', '.join(cols)})"
                 )
-            size = int(cells[cols[0]])
+            size = size_cell(cells[cols[0]], f"{path}:{n}")
             if lat is not None:
                 t = time_cell(cells[lat], f"{path}:{n}")
             else:
