@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.keys import unique_key_loader, unique_pairs
 from commbench.limits import MAX_DIGITS, bounded_json_int, digits_error
 
 
@@ -63,8 +64,6 @@ def _in_comment(data: bytes, at: int, marker: bytes) -> bool:
 def loads_json(text: str, where: str) -> Any:
     """JSON text, its integers bounded; one line naming `where` and the line when it is not
     JSON."""
-    from commbench.keys import unique_pairs
-
     try:
         return json.loads(text, parse_int=bounded_json_int, object_pairs_hook=unique_pairs)
     except json.JSONDecodeError as e:
@@ -94,8 +93,6 @@ def yaml_loader() -> type:
     parse YAML): yaml's safe loader (libyaml's when built: ~50 ms less per rank) refusing a key
     given twice (keys.unique_key_loader), with integers bounded by MAX_DIGITS."""
     import yaml
-
-    from commbench.keys import unique_key_loader
 
     class BoundedLoader(unique_key_loader()):  # type: ignore[misc]
         pass
