@@ -20,7 +20,6 @@ MAX_ITERS = 100_000  # iterations of one point (OSU's largest default is 10000, 
 MAX_WORLD = 65536  # ranks of one job: a world, --world, --gpus
 MAX_BYTES = 1 << 40  # one message or buffer: 1 TiB (the largest GPU has 192 GiB)
 
-_INT = re.compile(r"^\s*[+-]?\d+\s*$")
 ECHO_CHARS = 120  # a value echoed in a message is cut to this many characters
 MESSAGE_WORD_CHARS = 240  # a word of a message (a path, an echoed value) is cut past this
 
@@ -34,26 +33,20 @@ def digits_error(text: str, what: str) -> UsageError:
     )
 
 
-def parse_int(text: str | int, what: str, least: int = 1, most: int = MAX_COUNT) -> int:
-    """A whole number in [least, most]; the message names `what` and the bound crossed."""
-    if isinstance(text, bool):
-        raise UsageError(f"{what}: expected an integer, got {text!r}")
-    if isinstance(text, int):
-        return check_int(text, what, least, most)
-    s = str(text)
-    if not _INT.match(s):
-        raise UsageError(f"{what}: {shown(s)!r} is not an integer")
-    if sum(c.isdigit() for c in s) > MAX_DIGITS:
-        raise digits_error(s, what)
-    return check_int(int(s), what, least, most)
-
-
-def check_int(value: int, what: str, least: int = 1, most: int = MAX_COUNT) -> int:
-    """`value` (already an int, from YAML or JSON) within [least, most]."""
+def parse_int(text: str, least: int, says: str, most: int = MAX_COUNT, why: str = "") -> int:
+    """An integer flag's text in [least, most] (argtypes turns the UsageError into argparse's
+    error, which names the flag): `says` tells the lower bound ("at least 1"), `why` the upper
+    one. Past MAX_DIGITS digits it fails before int() is tried."""
+    if sum(c.isdigit() for c in text) > MAX_DIGITS:
+        raise digits_error(text, repr(shown(text)))
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{shown(text)!r} is not an integer") from None
     if value < least:
-        raise UsageError(f"{what}: {value} is below {least}")
+        raise UsageError(f"{text!r} must be {says}")
     if value > most:
-        raise UsageError(f"{what}: {shown(str(value))} is over the bound of {most}")
+        raise UsageError(f"{text!r} is over the bound of {most}" + (f" ({why})" if why else ""))
     return value
 
 

@@ -11,10 +11,12 @@ would raise a ValueError past 4300 digits, an internal error).
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.keys import unique_key_loader, unique_pairs
 from commbench.limits import MAX_DIGITS, bounded_json_int, digits_error
 
 
@@ -62,8 +64,6 @@ def _in_comment(data: bytes, at: int, marker: bytes) -> bool:
 def loads_json(text: str, where: str) -> Any:
     """JSON text, its integers bounded; one line naming `where` and the line when it is not
     JSON."""
-    from commbench.traffic.keys import unique_pairs
-
     try:
         return json.loads(text, parse_int=bounded_json_int, object_pairs_hook=unique_pairs)
     except json.JSONDecodeError as e:
@@ -87,12 +87,12 @@ class _LongInt(UsageError):
         self.line = line
 
 
-def _yaml_loader() -> type:
-    """yaml's safe loader (libyaml's when built: ~50 ms less per rank) refusing a key given
-    twice (keys.unique_key_loader), with integers bounded by MAX_DIGITS."""
+@cache
+def yaml_loader() -> type:
+    """The one YAML loader every reader gets, made once (yaml is imported only by those who
+    parse YAML): yaml's safe loader (libyaml's when built: ~50 ms less per rank) refusing a key
+    given twice (keys.unique_key_loader), with integers bounded by MAX_DIGITS."""
     import yaml
-
-    from commbench.traffic.keys import yaml_loader as unique_key_loader
 
     class BoundedLoader(unique_key_loader()):  # type: ignore[misc]
         pass
@@ -105,16 +105,6 @@ def _yaml_loader() -> type:
 
     BoundedLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return BoundedLoader
-
-
-_LOADER: list[type] = []
-
-
-def yaml_loader() -> type:
-    """The bounded YAML loader, made once (yaml is imported only by those who parse YAML)."""
-    if not _LOADER:
-        _LOADER.append(_yaml_loader())
-    return _LOADER[0]
 
 
 def loads_yaml(text: str, where: str, strict: bool = True) -> Any:

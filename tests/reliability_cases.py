@@ -161,6 +161,11 @@ RUN: list[BadInput] = [
         ("run", "allreduce", "-b", "9" * 5000),
         r"-b/--minbytes .*: a number of 5000 digits, over the bound of 20 digits",
     ),
+    BadInput(
+        "iters-5000-digits",
+        ("run", "allreduce", "-n", "9" * 5000),
+        r"-n/--iters: .*: a number of 5000 digits, over the bound of 20 digits",
+    ),
     BadInput("budget-zero", ("run", "allreduce", "--budget", "0"), r"'0' must be a positive"),
     BadInput("timing-unknown", ("run", "allreduce", "--timing", "fancy"), r"invalid choice"),
     BadInput("timeout-zero", ("run", "allreduce", "--timeout", "0"), r"'0' must be a positive"),

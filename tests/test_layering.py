@@ -36,6 +36,7 @@ TOP_LEVEL = {
     "tables.py",
     "limits.py",  # the one parser and bounds of user numbers
     "textfile.py",  # the one reader of user text files
+    "keys.py",  # a key given twice is refused (YAML, JSON, KEY=VALUE flags)
 }
 
 

@@ -207,10 +207,11 @@ def moved_steps(lay, model, form):
 
 
 def test_buckets():
-    assert buckets(100, 10, 30) == [(10, 1, "first"), (30, 3, "full")]
-    assert buckets(105, 10, 30) == [(10, 1, "first"), (30, 3, "full"), (5, 1, "last")]
-    assert buckets(7, 10, 30) == [(7, 1, "first")]
-    assert buckets(60, 30, 30) == [(30, 2, "full")]
+    assert buckets(90, 30) == [(30, 3, "full")]
+    assert buckets(95, 30) == [(30, 3, "full"), (5, 1, "last")]
+    assert buckets(7, 30) == [(7, 1, "last")]
+    assert buckets(60, 30) == [(30, 2, "full")]
+    assert buckets(0, 30) == []
 
 
 # ---- ZeRO ----

@@ -158,6 +158,18 @@ BAD_RUNS = [
     BadRun("meta-not-object", GOOD, b"[]", r"meta.json: meta must be a JSON object"),
     BadRun("meta-binary", GOOD, b"\x00\xff\x00", r"meta.json: unreadable meta"),
     BadRun(
+        "meta-key-twice",
+        GOOD,
+        b'{"status": "complete", "status": "failed"}',
+        r"meta.json: unreadable meta \(key 'status' given twice",
+    ),
+    BadRun(
+        "meta-5000-digits",
+        GOOD,
+        b'{"status": "complete", "world_size": ' + b"9" * 5000 + b"}",
+        r"meta.json: unreadable meta \(a JSON integer: a number of 5000 digits",
+    ),
+    BadRun(
         "meta-bad-status",
         GOOD,
         {"status": "exploded"},

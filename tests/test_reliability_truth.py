@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fit_samples import collective_records, nccl_tests_new, osu_bw, write_run
+from fit_samples import collective_records, imb_log, nccl_tests_new, osu_bw, write_run
 from reliability import COUNTS, reliability_counts  # noqa: F401
 
 from commbench import calibration, cli
@@ -184,6 +184,27 @@ def test_import_refuses_an_absurd_size(tmp_path):
     COUNTS[WRONG] += 1
 
 
+@pytest.mark.parametrize(
+    "tool, text, flags",
+    [
+        ("nccl-tests", nccl_tests_new(sizes=(8, 1024)), ()),
+        ("osu", osu_bw(), ("--link-class", "intra")),
+        ("imb", imb_log(), ("--link-class", "intra")),
+    ],
+)
+def test_import_refuses_a_size_of_thousands_of_digits(tmp_path, tool, text, flags):
+    """A size cell of 5000 digits reached int(), whose ValueError past 4300 digits was an
+    internal error: one line naming the row instead, in every importer."""
+    lines = text.splitlines()
+    row = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["1024"])
+    lines[row] = lines[row].replace("1024", "9" * 5000, 1)
+    code, out, _ = _import(tmp_path, tool, "\n".join(lines) + "\n", *flags)
+    assert code == 2, out
+    assert f"{tool}.log:{row + 1}: size 999" in out and "over 1 PiB" in out, out
+    assert "internal error" not in out and "Traceback" not in out, out
+    COUNTS[UNCLEAR] += 1
+
+
 # ---- wrong success: fit input --------------------------------------------------------------
 
 
@@ -334,7 +355,7 @@ def test_duplicate_yaml_key_is_refused(tmp_path, capsys):
     job = run_single("check", "--dry-run", "--world", "2", "--thresholds", str(thresholds))
     assert job.returncode == 2 and "'min_pct' given twice" in job.stderr, job.output
     with pytest.raises(yaml.YAMLError):  # the loader every reader of a YAML file gets
-        from commbench.traffic.keys import yaml_loader
+        from commbench.textfile import yaml_loader
 
         yaml.load("a: {b: 1, b: 2}\n", Loader=yaml_loader())
     COUNTS[UNCLEAR] += 1

@@ -8,30 +8,18 @@ import argparse
 import math
 from pathlib import Path
 
-from commbench.limits import MAX_COUNT, MAX_DIGITS, MAX_ITERS, MAX_WORLD, shown
+from commbench.errors import UsageError
+from commbench.limits import MAX_COUNT, MAX_ITERS, MAX_WORLD, parse_int, shown
 
 DEFAULT_RESULTS = Path("results")
 
 
 def _int_in(text: str, least: int, says: str, most: int = MAX_COUNT, why: str = "") -> int:
-    """An integer flag in [least, most]: `says` tells the lower bound, `why` the upper one."""
-    digits = sum(c.isdigit() for c in text)
-    if digits > MAX_DIGITS:
-        raise argparse.ArgumentTypeError(
-            f"{shown(text)!r}: a number of {digits} digits, over the bound of {most}"
-            + (f" ({why})" if why else "")
-        )
+    """limits.parse_int as an argparse type."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{shown(text)!r} is not an integer") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"{text!r} must be {says}")
-    if value > most:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is over the bound of {most}" + (f" ({why})" if why else "")
-        )
-    return value
+        return parse_int(text, least, says, most, why)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def positive_int(text: str) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
 from commbench.formats.log_problems import Problems
+from commbench.limits import MAX_DIGITS, shown
 from commbench.ops import SWEEP_OPS, bus_factor, canonical_op
 from commbench.results.records import ImportedRecord, ImportSource
 
@@ -199,6 +200,22 @@ def time_cell(text: str, where: str) -> float | None:
     return t
 
 
+def size_cell(text: str, where: str) -> int:
+    """A row's size cell (is_count: ASCII digits) in bytes, at most MAX_IMPORT_BYTES: a digit
+    run past that is refused before int() is tried (Python's int() raises past 4300 digits,
+    which was an internal error instead of a line naming the row)."""
+    if len(text) > MAX_DIGITS or int(text) > MAX_IMPORT_BYTES:
+        raise _absurd_size(where, text)
+    return int(text)
+
+
+def _absurd_size(where: str, nbytes: str) -> UsageError:
+    return UsageError(
+        f"{where}: size {shown(nbytes)} B is over {MAX_IMPORT_BYTES >> 50} PiB, more than any "
+        "tool measures: a corrupt row"
+    )
+
+
 def count_cell(text: str, where: str, what: str, least: int = 0) -> int:
     """An integer cell >= least (count, #wrong; root from -1): else a UsageError naming the
     line."""
@@ -248,11 +265,8 @@ def vet(path: Path, imported: Imported, lines: list[str]) -> Imported:
         where = f"{path}:{r['source']['line']}"
         if dtype_size(r["dtype"]) is None:
             raise UsageError(f"{where}: dtype {r['dtype']!r}: {_KNOWN_DTYPES}")
-        if r["bytes"] > MAX_IMPORT_BYTES:
-            raise UsageError(
-                f"{where}: size {r['bytes']} B is over {MAX_IMPORT_BYTES >> 50} PiB, more than "
-                "any tool measures: a corrupt row"
-            )
+        if r["bytes"] > MAX_IMPORT_BYTES:  # a cell within it, scaled (OSU's per-peer sizes x p)
+            raise _absurd_size(where, str(r["bytes"]))
     for n, line in enumerate(lines, 1):
         s = line.strip()
         first = s.split(maxsplit=1)[0] if s else ""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from commbench.calibration import TIMING_PREFERENCE, Calibration
 from commbench.calibration.band import export_notes
 from commbench.errors import UsageError
-from commbench.traffic.keys import assign
+from commbench.keys import assign
 
 LINK_ORDER = ("intra", "inter")
 REFERENCE_NODES = 2  # inter NPUs of a reference export without --gpus / --npus inter=N

@@ -27,6 +27,7 @@ from commbench.formats.common import (
     measured_record,
     number,
     read_lines,
+    size_cell,
     time_cell,
 )
 from commbench.ops import OPS
@@ -157,7 +158,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     f"({' '.join(cols)})"
                 )
             cells = dict(zip(cols, tok))
-            size = int(cells["#bytes"])
+            size = size_cell(cells["#bytes"], f"{path}:{n}")
             t = time_cell(cells[tcol], f"{path}:{n}")
             if t is None:
                 out.notes.append(f"{path}:{n}: no time in this row, skipped")

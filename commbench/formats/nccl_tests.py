@@ -26,6 +26,7 @@ from commbench.formats.common import (
     measured_record,
     number,
     read_lines,
+    size_cell,
     time_cell,
 )
 from commbench.formats.log_problems import LAUNCHER_FAILURES, NCCL_TESTS_FAILURES
@@ -328,7 +329,7 @@ def parse(path: Path, hints: Hints) -> Imported:
         world = len(sec.ranks) or p
         for r in rows:
             tok = r["tok"]
-            nbytes = int(tok[col["size"]])
+            nbytes = size_cell(tok[col["size"]], f"{path}:{r['line']}")
             dtype = TYPES.get(tok[col["type"]].lower(), tok[col["type"]].lower())
             if hints.dtype is not None and hints.dtype != dtype:
                 raise UsageError(

@@ -3,8 +3,9 @@
 Each `# OSU MPI <Name> Test vX` header starts a table; the `# Size ...` line names its columns
 (Avg Latency(us), and with -f Min/Max Latency(us) and Iterations; Latency (us); Bandwidth
 (MB/s) with MB = 1e6, or the unit the header states: GB/s, KiB/s). OSU does not print how many
-processes ran a collective or on which hosts, so --group-size and --link-class fill that in. Sizes follow OSU's per-call counts and
-are converted to nccl-tests S: allgather and alltoall(v) sizes are per peer, so S = p x size.
+processes ran a collective or on which hosts, so --group-size and --link-class fill that in.
+Sizes follow OSU's per-call counts and are converted to nccl-tests S: allgather and
+alltoall(v) sizes are per peer, so S = p x size.
 Collectives barrier between timed iterations (timing "per-iteration"; time = Avg Latency, the
 mean over ranks); osu_latency is half a ping-pong round trip (op pingpong, "pipelined"); osu_bw
 and osu_bibw stream windows of messages under one timer (ops bw and bibw, "pipelined"; time per
@@ -30,6 +31,7 @@ from commbench.formats.common import (
     number,
     rate_unit,
     read_lines,
+    size_cell,
     time_cell,
 )
 from commbench.ops import OPS
@@ -191,7 +193,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     f"{path}:{n}: row has {len(tok)} columns but the header has {len(cols)} "
                     f"({', '.join(cols)})"
                 )
-            size = int(cells[cols[0]])
+            size = size_cell(cells[cols[0]], f"{path}:{n}")
             if lat is not None:
                 t = time_cell(cells[lat], f"{path}:{n}")
             else:

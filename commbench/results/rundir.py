@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.keys import unique_pairs
 from commbench.limits import bounded_json_int
 from commbench.results.records import REQUIRED_FIELDS
 
@@ -314,9 +315,11 @@ def iter_records(path: Path) -> Iterator[dict]:
 
 
 def read_meta(path: Path) -> dict:
-    """meta.json as a dict; a clear UsageError when it is unreadable or malformed."""
+    """meta.json as a dict; a clear UsageError when it is unreadable or malformed (its
+    integers bounded and a key given twice refused, as in every JSON file a user gives)."""
     try:
-        meta = json.loads(path.read_bytes().decode("utf-8"))
+        text = path.read_bytes().decode("utf-8")
+        meta = json.loads(text, parse_int=bounded_json_int, object_pairs_hook=unique_pairs)
     except OSError as e:
         raise UsageError(f"{path}: unreadable meta ({e.strerror or e})") from None
     except (ValueError, RecursionError) as e:  # JSON and UTF-8 errors are ValueErrors

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commbench.errors import UsageError
+from commbench.keys import assign
 from commbench.traffic import patterns
 from commbench.traffic.bounds import check_options
-from commbench.traffic.keys import assign
 from commbench.traffic.layout import Axis
 from commbench.traffic.model import ModelShape
 from commbench.traffic.suitefile import (

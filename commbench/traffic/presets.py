@@ -133,8 +133,8 @@ def parse_model_arg(text: str) -> ModelShape:
     name, colon, rest = text.partition(":")
     if not colon and not name.endswith(".json"):
         return get_model(name, "--model")
+    from commbench.keys import assign
     from commbench.textfile import loads_yaml  # for the values only
-    from commbench.traffic.keys import assign
 
     data: dict[str, Any] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):

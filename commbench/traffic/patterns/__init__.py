@@ -192,8 +192,9 @@ def training_step(
     """Every strategy's Program for one training step of `layout`: tp (tp > 1), cp (cp > 1),
     pp (pp > 1), ep (ep > 1), the gradient traffic, dp (zero_stage 0) or zero (1-3),
     when dp x cp > 1 (pattern step adds framework's embedding / LM head / loss ops and runs
-    them all in order); under framework megatron (the default) dp is Megatron-Core's DDP. `workload` keys (seq_len, micro_batch, micro_batches, dtype,
-    sequence_parallel, ...) go to every pattern that has them; `options[name]` to one."""
+    them all in order); under framework megatron (the default) dp is Megatron-Core's DDP.
+    `workload` keys (seq_len, micro_batch, micro_batches, dtype, sequence_parallel, ...) go to
+    every pattern that has them; `options[name]` to one."""
     import dataclasses
 
     workload, options = workload or {}, options or {}

@@ -161,20 +161,17 @@ def pad_bytes(nbytes: float, p: int, dtype: str) -> int:
     return max(unit, math.ceil(nbytes / unit) * unit)
 
 
-def buckets(total: int, first: int, cap: int) -> list[tuple[int, int, str]]:
-    """PyTorch DDP bucketing of `total` gradient bytes: a first bucket of `first` bytes, then
-    buckets of `cap`, the remainder last. Returns (bytes, count, which) with equal sizes merged."""
+def buckets(total: int, cap: int) -> list[tuple[int, int, str]]:
+    """`total` bytes in buckets of `cap`, the remainder last (zero's stage 1-2 `bucket_mb`):
+    (bytes, count, "full" | "last"), equal sizes merged. DDP's smaller first bucket is
+    bucketed over whole tensors instead: patterns/tensors.ddp_buckets."""
     if total <= 0:
         return []
     out = []
-    head = min(first, total) if first != cap else 0
-    if head:
-        out.append((head, 1, "first"))
-    rest = total - head
-    if rest >= cap:
-        out.append((cap, rest // cap, "full"))
-    if rest % cap:
-        out.append((rest % cap, 1, "last"))
+    if total >= cap:
+        out.append((cap, total // cap, "full"))
+    if total % cap:
+        out.append((total % cap, 1, "last"))
     return out
 
 

@@ -82,7 +82,7 @@ def _flat(
     ):
         total = pad_bytes(total_params * dtype_size(dt), p, dt)
         cap = pad_bytes(options.bucket_mb * MiB, p, dt)
-        for size, n, which in buckets(total, cap, cap):
+        for size, n, which in buckets(total, cap):
             label = f"{what} {'grads' if op == 'reduce_scatter' else 'params'} ({which})"
             out.append(
                 Step(

@@ -9,7 +9,6 @@ naming both, so what ran is always what the user wrote once.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 from commbench.errors import UsageError
@@ -35,10 +34,10 @@ def unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-@cache
-def yaml_loader() -> type:
-    """PyYAML's safe loader (libyaml's where built) that refuses a mapping key given twice with
-    a yaml.constructor.ConstructorError marking the second (its line in the message)."""
+def unique_key_loader() -> type:
+    """A new class of PyYAML's safe loader (libyaml's where built) that refuses a mapping key
+    given twice with a yaml.constructor.ConstructorError marking the second (its line in the
+    message). textfile.yaml_loader, the loader every reader gets, builds on it once."""
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
