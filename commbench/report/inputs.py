@@ -207,7 +207,7 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
             if rec.get("kind") != "point":
                 continue
             pt = PointRecord.from_json(rec, f"{where}: point {rec.get('point')!r}")
-            seen.add((pt.suite, pt.run, pt.point))
+            seen.add(point_key(rec))
             rows.append(
                 PointRow(
                     run_id=run.path.name,
@@ -226,11 +226,11 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
                     record=rec,
                 )
             )
-        orphans: dict[tuple, list[StepRecord]] = {}  # by (suite, run, point): point_key
+        orphans: dict[tuple, list[StepRecord]] = {}  # by point_key
         for rec in run.records:
             if rec.get("kind") == StepRecord.kind and point_key(rec) not in seen:
                 st = StepRecord.from_json(rec, f"{where}: step of point {rec.get('point')!r}")
-                orphans.setdefault((st.suite, st.run, st.point), []).append(st)
+                orphans.setdefault(point_key(rec), []).append(st)
         for (_, _, idx), steps in orphans.items():
             first = steps[0]
             bd: dict[str, float] = {}
