@@ -7,11 +7,8 @@ import json
 from dataclasses import dataclass, field
 
 from commbench.results.rundir import Run
-from commbench.results.tracerecords import TraceRecord
+from commbench.results.tracerecords import TIMELINE, TraceRecord
 from commbench.tables import Column, TableSpec
-
-TIMELINE = "trace.json"  # as commbench.trace.records writes it (not imported: no trace deps)
-
 
 AXES_TABLE = TableSpec(
     (
