@@ -22,6 +22,7 @@ from commbench.errors import UsageError
 from commbench.sizes import format_size
 from commbench.trace.ops import P2P, CommOp
 from commbench.trace.stats import Stats
+from commbench.traffic.patterns.pp import bubble_fraction
 
 COMM_SHARE = 0.30
 BUBBLE = 0.20
@@ -118,7 +119,7 @@ def _bubble(ctx: Context) -> list[str]:
         return []
     m = max(1, min(per.values()) // 2)  # the first and last stage send m and receive m
     p = ctx.pp
-    bubble = (p - 1) / (m + p - 1)
+    bubble = bubble_fraction(p, m)
     if bubble <= BUBBLE:
         return []
     return [
