@@ -116,7 +116,7 @@ def _load_json(path: Path) -> dict:
     return doc
 
 
-def _ranks(value: object) -> tuple[int, ...] | None:
+def parse_ranks(value: object) -> tuple[int, ...] | None:
     """Ranks as pg_config (a list) or record_param_comms (the text `[0, 1]`) writes them."""
     if isinstance(value, str):
         try:
@@ -128,11 +128,6 @@ def _ranks(value: object) -> tuple[int, ...] | None:
     return None
 
 
-def parse_ranks(value: object) -> tuple[int, ...] | None:
-    """Public form of _ranks for the op extractor (record_param_comms' `Process Group Ranks`)."""
-    return _ranks(value)
-
-
 def read_trace(path: Path) -> RankTrace:
     """One rank's trace file, its complete events sorted by start time."""
     doc = _load_json(path)
@@ -142,7 +137,7 @@ def read_trace(path: Path) -> RankTrace:
     groups = []
     descs: dict[tuple[int, ...], str] = {}
     for i, pg in enumerate(info.get("pg_config") or ()):
-        ranks = _ranks(pg.get("ranks")) if isinstance(pg, dict) else None
+        ranks = parse_ranks(pg.get("ranks")) if isinstance(pg, dict) else None
         if ranks is None:
             raise UsageError(f"{path}: distributedInfo.pg_config[{i}] has no list of ranks")
         groups.append((str(pg.get("pg_name", i)), ranks))
