@@ -173,6 +173,7 @@ def test_shares_match_a_hand_computation(tmp_path):
            "dtype": "Float", "Process Group Ranks": "[0, 1]"}  # fmt: skip
     events = [
         X("ProfilerStep#3", 0, 1000, cat="user_annotation"),
+        X("ProfilerStep#x", 280, 20, cat="user_annotation"),  # no step number: no step
         X("aten::mm", 0, 400, cat="kernel", tid=7),
         X("aten::mm", 700, 50, cat="kernel", tid=7),
         X("record_param_comms", 290, 5, **{"External id": 1}, **rpc),

@@ -83,6 +83,18 @@ class Around:
         return found[::-1]
 
 
+STEP = "ProfilerStep#"  # torch.profiler marks each step with such an event
+
+
+def profiler_steps(events: list[Event]) -> list[tuple[int, Event]]:
+    """(N, event) of each ProfilerStep#N event, in start order."""
+    return [
+        (int(e.name[len(STEP) :]), e)
+        for e in sorted(events, key=lambda e: e.ts)
+        if e.name.startswith(STEP) and e.name[len(STEP) :].isdigit()
+    ]
+
+
 def trace_files(paths: list[str]) -> list[Path]:
     """The trace files named, folders expanded to their *.json / *.json.gz files (sorted)."""
     files: list[Path] = []
