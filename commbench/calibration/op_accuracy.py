@@ -85,7 +85,7 @@ def compare(
     rows = []
     for item in runs:
         run = item if isinstance(item, Run) else read_run(item)
-        run_id = str(run.meta.get("run_id") or run.path.name)
+        run_id = run.run_id
         for rec in op_records(run):
             op, link, p = canonical_op(rec["op"]), str(rec["link_class"]), int(rec["group_size"])
             nbytes, measured = int(rec["bytes"]), float(rec["time_us"]) * 1e-6

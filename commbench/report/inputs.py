@@ -163,7 +163,7 @@ def curves(runs: list[Run], cal: Calibration | None = None) -> tuple[list[Curve]
             why = skipped.get(key)
             missing = f"not fitted in {cal.source}" + (f": {why}" if why else "")
         run_of = np.concatenate(
-            [np.full(len(s[key].x), _run_id(r)) for r, s in per_run if key in s and s[key].x]
+            [np.full(len(s[key].x), r.run_id) for r, s in per_run if key in s and s[key].x]
         )
         out.append(Curve(key, x, t, model, missing, run_of if len(run_of) == len(x) else None))
     return out, notes
@@ -382,7 +382,3 @@ def load_plan(path: str | Path) -> Plan:
         for i, c in enumerate(doc.configs)
     ]
     return Plan(str(Path(path)), configs, doc.header)
-
-
-def _run_id(run: Run) -> str:
-    return str(run.meta.get("run_id") or run.path.name)
