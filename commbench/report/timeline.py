@@ -138,9 +138,7 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
         makespan=makespan,
         message_s=msg,
         unit=unit,
-        bubble_theory=pp.bubble_fraction(p, m)
-        if v == 1
-        else pp_interleaved.bubble_fraction(p, m, v),
+        bubble_theory=pp_interleaved.bubble_fraction(p, m, v),  # v = 1: pp's (p-1)/(m+p-1)
         bubble_measured=bubble if isinstance(bubble, (int, float)) else None,
         measured_s=measured_s,
         note=note,
