@@ -15,7 +15,7 @@ Rules (thresholds are the article's and the cited papers'):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commbench.calibration import Calibration
 from commbench.errors import UsageError
@@ -138,8 +138,7 @@ def _latency_bound(ctx: Context) -> list[str]:
         per_peer = (o.bytes or 0) / p
         if ctx.calibration is not None:
             t1 = predict_us(o, ctx.calibration, ctx.nodes)
-            o2 = CommOp(o.rank, o.seq, o.op, 2 * (o.bytes or 0), o.dtype, o.group_ranks, 0, 0, 0)
-            t2 = predict_us(o2, ctx.calibration, ctx.nodes)
+            t2 = predict_us(replace(o, bytes=2 * (o.bytes or 0)), ctx.calibration, ctx.nodes)
             if t1 and t2 and t2 < 1.5 * t1:
                 small.append((o, per_peer))
         elif per_peer < LATENCY_PEER_BYTES:
