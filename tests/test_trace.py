@@ -173,6 +173,7 @@ def test_shares_match_a_hand_computation(tmp_path):
            "dtype": "Float", "Process Group Ranks": "[0, 1]"}  # fmt: skip
     events = [
         X("ProfilerStep#3", 0, 1000, cat="user_annotation"),
+        X("ProfilerStep#x", 280, 20, cat="user_annotation"),  # no step number: no step
         X("aten::mm", 0, 400, cat="kernel", tid=7),
         X("aten::mm", 700, 50, cat="kernel", tid=7),
         X("record_param_comms", 290, 5, **{"External id": 1}, **rpc),
@@ -343,3 +344,25 @@ def test_model_sets_the_trace_beside_plan_explain(gloo_job):
     assert cmp["traced_comm_share"] == pytest.approx(json.loads(got.stdout)["comm_share"])
     dense_ep = run_single("trace", str(gloo_job / "tpdp"), "--model", "llama-7b:layers=2")
     assert dense_ep.returncode == 2 and "ep=2" in dense_ep.stderr  # llama has no experts
+
+
+def test_report_axis_table_leaves_unknown_sizes_unsummed():
+    """An op the trace gave no size (older PyTorch) is no 0 bytes in the report's axis table;
+    the slow column counts ops over SLOW_FACTOR x their prediction."""
+    from commbench.report.trace_inputs import TracedJob, axis_rows
+    from commbench.results.tracerecords import TraceRecord
+
+    def rec(axis: str, nbytes: int | None, time_us: float, predicted: float | None) -> TraceRecord:
+        return TraceRecord(
+            op="allreduce", backend="nccl", dtype="float32", bytes=nbytes or 0,
+            sized=nbytes is not None, group_size=2, time_us=time_us, rank=0, world_size=4,
+            axis=axis, phase=None, step=1, start_us=0.0, exposed_us=0.0, group_ranks=[0, 1],
+            algorithm=None, protocol=None, link_class="intra", predicted_us=predicted,
+            layout=None,
+        )  # fmt: skip
+
+    ops = [rec("tp", None, 300.0, 100.0), rec("tp", None, 100.0, 100.0),
+           rec("dp", 1024, 100.0, None), rec("dp", None, 50.0, 10.0)]  # fmt: skip
+    rows = axis_rows(TracedJob("job", {}, ops, 1))
+    assert rows == [["tp", 2, None, pytest.approx(0.4), 0.0, 1],
+                    ["dp", 2, 1024, pytest.approx(0.15), 0.0, 1]]  # fmt: skip

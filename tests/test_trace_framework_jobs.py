@@ -1,7 +1,6 @@
 """`commbench trace` on issue 31's real-PyTorch jobs (tests/pytorch_jobs/run.py, torchtitan-
 style TP, FSDP2, TP x FSDP2 and DDP on gloo, each writing its op log and a profiled trace):
-every op of every rank lands on its logged group. Skipped where those jobs are not in the tree
-(they come with the framework issue's branch); slow (torch in 4 ranks)."""
+every op of every rank lands on its logged group. Slow (torch in 4 ranks)."""
 
 from __future__ import annotations
 
@@ -16,10 +15,7 @@ from commbench.trace.pipeline import analyse
 from conftest import REPO, job_env
 
 RUN = REPO / "tests" / "pytorch_jobs" / "run.py"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not RUN.exists(), reason="issue 31's tests/pytorch_jobs not in this tree"),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("world, config", [(4, "tp-fsdp"), (2, "fsdp"), (2, "tp-sp")])

@@ -29,21 +29,23 @@ def main(out: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == 4, world
-    groups = {}
-    for name, gs in (("tp", [[0, 1], [2, 3]]), ("dp", [[0, 2], [1, 3]])):
-        for g in gs:
-            pg = dist.new_group(g)
-            if rank in g:
-                groups[name] = (pg, g)
-    run(out, "tpdp", rank, lambda log: tpdp_step(rank, groups, log))
-    groups = {}
-    for name, gs in (("dp2", [[0, 1], [2, 3]]), ("pp", [[0, 2], [1, 3]])):
-        for g in gs:
-            pg = dist.new_group(g)
-            if rank in g:
-                groups[name] = (pg, g)
-    run(out, "pp", rank, lambda log: pp_step(rank, groups, log))
+    tpdp = new_groups(rank, tp=[[0, 1], [2, 3]], dp=[[0, 2], [1, 3]])
+    run(out, "tpdp", rank, lambda log: tpdp_step(rank, tpdp, log))
+    pp = new_groups(rank, dp2=[[0, 1], [2, 3]], pp=[[0, 2], [1, 3]])
+    run(out, "pp", rank, lambda log: pp_step(rank, pp, log))
     dist.destroy_process_group()
+
+
+def new_groups(rank: int, **axes: list[list[int]]) -> dict:
+    """axis -> (this rank's process group, its ranks); every rank creates every group, in
+    the same order, as new_group requires."""
+    groups = {}
+    for name, gs in axes.items():
+        for g in gs:
+            pg = dist.new_group(g)
+            if rank in g:
+                groups[name] = (pg, g)
+    return groups
 
 
 def run(out: str, part: str, rank: int, step) -> None:
@@ -96,24 +98,24 @@ def pp_step(rank: int, groups: dict, log: list) -> None:
     stage, m = pp_ranks.index(rank), 2
     peer = pp_ranks[1 - stage]
     act = torch.ones(N, N)
+
+    def passes(sender: int) -> None:
+        """m micro-batches from stage `sender` to the other: it computes then sends, the
+        other receives then computes."""
+        nonlocal act
+        for _ in range(m):
+            if stage == sender:
+                act = torch.mm(act, act) / N
+                dist.send(act, peer, group=pp)
+            else:
+                dist.recv(act, peer, group=pp)
+                act = torch.mm(act, act) / N
+            log.append(["sendrecv", 4 * N * N, sorted(pp_ranks), "pp"])
+
     with record_function("## forward ##"):
-        for _ in range(m):
-            if stage == 0:
-                act = torch.mm(act, act) / N
-                dist.send(act, peer, group=pp)
-            else:
-                dist.recv(act, peer, group=pp)
-                act = torch.mm(act, act) / N
-            log.append(["sendrecv", 4 * N * N, sorted(pp_ranks), "pp"])
+        passes(sender=0)
     with record_function("## backward ##"):
-        for _ in range(m):
-            if stage == 1:
-                act = torch.mm(act, act) / N
-                dist.send(act, peer, group=pp)
-            else:
-                dist.recv(act, peer, group=pp)
-                act = torch.mm(act, act) / N
-            log.append(["sendrecv", 4 * N * N, sorted(pp_ranks), "pp"])
+        passes(sender=1)
         dist.all_reduce(act, group=dp)
         log.append(["allreduce", 4 * N * N, dp_ranks, "dp"])
 

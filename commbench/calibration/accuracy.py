@@ -91,7 +91,7 @@ def compare(
     rows = []
     for item in runs:
         run = item if isinstance(item, Run) else read_run(item)
-        run_id = str(run.meta.get("run_id") or run.path.name)
+        run_id = run.run_id
         for rec in run.records:
             if rec.get("kind") != "point":
                 continue

@@ -168,7 +168,7 @@ def fitted_from(doc: dict, runs: list) -> list[str]:
     starts = {(r.get("run_id"), r.get("start_time_iso")) for r in inputs if r.get("start_time_iso")}
     out = []
     for run in runs:
-        start = (str(run.meta.get("run_id") or run.path.name), run.meta.get("start_time_iso"))
+        start = (run.run_id, run.meta.get("start_time_iso"))
         if str(Path(run.path).resolve()) in paths or (start[1] and start in starts):
             out.append(start[0])
     return out

@@ -35,10 +35,10 @@ ROW_KEYS = (
 
 
 def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
-    """The run's records of one primitive op with a positive time and a clean check; the op
-    records that have neither are counted in `left_out`, by why."""
+    """The run's records of one primitive op with a positive time, a clean check and a known
+    size; the op records left out are counted in `left_out`, by why."""
     out = []
-    counts = left_out if left_out is not None else Counter()
+    skipped: Counter = Counter() if left_out is None else left_out
     for rec in run.records:
         if rec.get("kind") not in OP_KINDS:
             continue
@@ -47,11 +47,11 @@ def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
             continue
         t = rec.get("time_us")
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0:
-            counts["with no positive time"] += 1
+            skipped["with no positive time"] += 1
         elif (rec.get("wrong") or 0) > 0:
-            counts["with wrong data (the run's #wrong)"] += 1
+            skipped["with wrong data (the run's #wrong)"] += 1
         elif rec.get("sized") is False:
-            counts["with no size (the trace did not say)"] += 1
+            skipped["with no size (the trace did not say)"] += 1
         else:
             out.append(rec)
     return out
@@ -59,15 +59,15 @@ def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
 
 def nothing_to_validate(runs: Sequence[Run]) -> str:
     """Why runs without a usable op record have nothing to validate: their op records all
-    returned wrong data or no time (said with the counts), or they have none."""
+    returned wrong data, no time or no size (said with the counts), or they have none."""
     left_out: Counter = Counter()
     for run in runs:
         op_records(run, left_out)
     names = ", ".join(str(r.path) for r in runs)
     if not left_out:
         return (
-            f"no suite point records and no op records (kind collective or step) in {names}: "
-            "nothing to validate"
+            f"no suite point records and no op records (kind {', '.join(OP_KINDS)}) in "
+            f"{names}: nothing to validate"
         )
     parts = [f"{n} {why}" for why, n in sorted(left_out.items(), key=lambda kv: -kv[1])]
     return (
@@ -85,7 +85,7 @@ def compare(
     rows = []
     for item in runs:
         run = item if isinstance(item, Run) else read_run(item)
-        run_id = str(run.meta.get("run_id") or run.path.name)
+        run_id = run.run_id
         for rec in op_records(run):
             op, link, p = canonical_op(rec["op"]), str(rec["link_class"]), int(rec["group_size"])
             nbytes, measured = int(rec["bytes"]), float(rec["time_us"]) * 1e-6

@@ -114,7 +114,7 @@ def _calibration(opts: ReportOptions, runs: list[Run]) -> tuple[Calibration | No
         f"fitted by the report from the runs above ({len(outcomes)} series; pass "
         "--calibration FILE to use a saved one)"
     )
-    own = [str(r.meta.get("run_id") or r.path.name) for r in runs]
+    own = [r.run_id for r in runs]
     return calibration.Calibration(doc, "the in-report fit"), how, own
 
 

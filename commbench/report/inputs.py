@@ -163,7 +163,7 @@ def curves(runs: list[Run], cal: Calibration | None = None) -> tuple[list[Curve]
             why = skipped.get(key)
             missing = f"not fitted in {cal.source}" + (f": {why}" if why else "")
         run_of = np.concatenate(
-            [np.full(len(s[key].x), _run_id(r)) for r, s in per_run if key in s and s[key].x]
+            [np.full(len(s[key].x), r.run_id) for r, s in per_run if key in s and s[key].x]
         )
         out.append(Curve(key, x, t, model, missing, run_of if len(run_of) == len(x) else None))
     return out, notes
@@ -207,7 +207,7 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
             if rec.get("kind") != "point":
                 continue
             pt = PointRecord.from_json(rec, f"{where}: point {rec.get('point')!r}")
-            seen.add((pt.suite, pt.run, pt.point))
+            seen.add(point_key(rec))
             rows.append(
                 PointRow(
                     run_id=run.path.name,
@@ -226,11 +226,11 @@ def points(runs: list[Run]) -> tuple[list[PointRow], list[str]]:
                     record=rec,
                 )
             )
-        orphans: dict[tuple, list[StepRecord]] = {}  # by (suite, run, point): point_key
+        orphans: dict[tuple, list[StepRecord]] = {}  # by point_key
         for rec in run.records:
             if rec.get("kind") == StepRecord.kind and point_key(rec) not in seen:
                 st = StepRecord.from_json(rec, f"{where}: step of point {rec.get('point')!r}")
-                orphans.setdefault((st.suite, st.run, st.point), []).append(st)
+                orphans.setdefault(point_key(rec), []).append(st)
         for (_, _, idx), steps in orphans.items():
             first = steps[0]
             bd: dict[str, float] = {}
@@ -382,7 +382,3 @@ def load_plan(path: str | Path) -> Plan:
         for i, c in enumerate(doc.configs)
     ]
     return Plan(str(Path(path)), configs, doc.header)
-
-
-def _run_id(run: Run) -> str:
-    return str(run.meta.get("run_id") or run.path.name)

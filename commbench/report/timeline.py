@@ -56,13 +56,13 @@ def _pass_of(acts, k: int, v: int = 1) -> tuple[str, int]:
     interleaved schedule (v model chunks) the compute's own tag, 2 (micro-batch v + chunk) +
     direction."""
     if v > 1:
-        return ("F" if acts[k].tag % 2 == pp.FWD else "B"), acts[k].tag // 2 // v
-    if k > 0 and acts[k - 1].kind == "recv":
+        tag = acts[k].tag
+    elif k > 0 and acts[k - 1].kind == "recv":
         tag = acts[k - 1].tag
     else:
         assert k + 1 < len(acts) and acts[k + 1].kind == "send", "compute without a message"
         tag = acts[k + 1].tag
-    direction, micro = tag % 2, tag // 2
+    direction, micro = tag % 2, tag // 2 // v  # pp.tag, pp_interleaved.tag (v = 1: the same)
     return ("F" if direction == pp.FWD else "B"), micro
 
 
@@ -138,9 +138,7 @@ def timeline(point: dict, run: str = "") -> Timeline | None:
         makespan=makespan,
         message_s=msg,
         unit=unit,
-        bubble_theory=pp.bubble_fraction(p, m)
-        if v == 1
-        else pp_interleaved.bubble_fraction(p, m, v),
+        bubble_theory=pp_interleaved.bubble_fraction(p, m, v),  # v = 1: pp's (p-1)/(m+p-1)
         bubble_measured=bubble if isinstance(bubble, (int, float)) else None,
         measured_s=measured_s,
         note=note,

@@ -7,11 +7,9 @@ import json
 from dataclasses import dataclass, field
 
 from commbench.results.rundir import Run
-from commbench.results.tracerecords import TraceRecord
+from commbench.results.tracerecords import TIMELINE, TraceRecord
 from commbench.tables import Column, TableSpec
-
-TIMELINE = "trace.json"  # as commbench.trace.records writes it (not imported: no trace deps)
-
+from commbench.trace.findings import SLOW_FACTOR
 
 AXES_TABLE = TableSpec(
     (
@@ -20,11 +18,11 @@ AXES_TABLE = TableSpec(
         Column("bytes"),
         Column("time", "(ms)", fmt=".3f"),
         Column("exposed", "(ms)", fmt=".3f"),
-        Column("ops > 2x calibrated"),
+        Column(f"ops > {SLOW_FACTOR:g}x calibrated"),
     ),  # fmt: skip
     "Per parallel axis over every traced step and rank: ops, bytes (S, nccl-tests), the ops' "
-    "time and its exposed part (no compute beside it), and the ops slower than twice what "
-    "--calibration predicted (0 without one).",
+    "time and its exposed part (no compute beside it), and the ops slower than "
+    f"{SLOW_FACTOR:g}x what --calibration predicted (0 without one; the trace's finding).",
 )
 
 
@@ -64,13 +62,15 @@ def traced_jobs(runs: list[Run]) -> tuple[list[TracedJob], list[str]]:
 
 
 def axis_rows(job: TracedJob) -> list[list]:
-    """Per axis over every traced step and rank: count, bytes, time, exposed, busbw-free."""
+    """AXES_TABLE's rows, slowest axis first; bytes only of the ops whose size the trace gave
+    (none: "-", as `commbench trace --json` says null), not 0."""
     rows: dict[str, list] = {}
     for o in job.ops:
-        row = rows.setdefault(o.axis or "unknown", [o.axis or "unknown", 0, 0, 0.0, 0.0, 0])
+        row = rows.setdefault(o.axis or "unknown", [o.axis or "unknown", 0, None, 0.0, 0.0, 0])
         row[1] += 1
-        row[2] += o.bytes
+        if o.sized:
+            row[2] = (row[2] or 0) + o.bytes
         row[3] += o.time_us / 1e3
         row[4] += o.exposed_us / 1e3
-        row[5] += 1 if o.predicted_us and o.time_us > 2 * o.predicted_us else 0
+        row[5] += 1 if o.predicted_us and o.time_us > SLOW_FACTOR * o.predicted_us else 0
     return sorted(rows.values(), key=lambda r: -r[3])

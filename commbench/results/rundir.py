@@ -189,6 +189,11 @@ class Run:
     torn_line: int | None = None  # line number of a torn last line that was skipped
 
     @property
+    def run_id(self) -> str:
+        """The run's id as meta.json names it, else its directory's name."""
+        return str(self.meta.get("run_id") or self.path.name)
+
+    @property
     def status(self) -> str:
         """running, complete, interrupted or failed; `unknown` without meta.json."""
         return self.meta.get("status", "unknown")

@@ -14,6 +14,9 @@ from typing import Literal
 
 from commbench.results.records import JsonRecord
 
+# beside records.jsonl: the drawn step's spans per rank (window and compute, us from its start)
+TIMELINE = "trace.json"
+
 
 @dataclass(kw_only=True)
 class TraceRecord(JsonRecord):

@@ -17,7 +17,6 @@ from commbench.errors import UsageError
 from commbench.trace.ops import P2P, CommOp
 from commbench.traffic.layout import DEFAULT_ORDER, Axis, ParallelLayout, parse_order
 
-FRAMEWORKS = ("megatron", "torchtitan")
 AXES = (Axis.TP, Axis.CP, Axis.DP, Axis.EDP, Axis.EP, Axis.PP)
 ALLTOALL = ("alltoall", "alltoallv")
 

@@ -15,13 +15,14 @@ Rules (thresholds are the article's and the cited papers'):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commbench.calibration import Calibration
 from commbench.errors import UsageError
 from commbench.sizes import format_size
 from commbench.trace.ops import P2P, CommOp
 from commbench.trace.stats import Stats
+from commbench.traffic.patterns.pp import bubble_fraction
 
 COMM_SHARE = 0.30
 BUBBLE = 0.20
@@ -118,7 +119,7 @@ def _bubble(ctx: Context) -> list[str]:
         return []
     m = max(1, min(per.values()) // 2)  # the first and last stage send m and receive m
     p = ctx.pp
-    bubble = (p - 1) / (m + p - 1)
+    bubble = bubble_fraction(p, m)
     if bubble <= BUBBLE:
         return []
     return [
@@ -137,8 +138,7 @@ def _latency_bound(ctx: Context) -> list[str]:
         per_peer = (o.bytes or 0) / p
         if ctx.calibration is not None:
             t1 = predict_us(o, ctx.calibration, ctx.nodes)
-            o2 = CommOp(o.rank, o.seq, o.op, 2 * (o.bytes or 0), o.dtype, o.group_ranks, 0, 0, 0)
-            t2 = predict_us(o2, ctx.calibration, ctx.nodes)
+            t2 = predict_us(replace(o, bytes=2 * (o.bytes or 0)), ctx.calibration, ctx.nodes)
             if t1 and t2 and t2 < 1.5 * t1:
                 small.append((o, per_peer))
         elif per_peer < LATENCY_PEER_BYTES:

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
-from commbench.trace.reader import Around, Event, RankTrace, parse_ranks
+from commbench.trace.reader import Around, Event, RankTrace, parse_ranks, profiler_steps
 
 # record_param_comms' `Collective name` and the c10d operator names -> commbench op names
 RPC_OPS = {
@@ -164,10 +164,8 @@ class _Index:
     """Per-thread CPU events sorted by start, to find what encloses a moment (phase, step)."""
 
     def __init__(self, events: list[Event]) -> None:
-        self.steps = sorted(
-            (e for e in events if e.name.startswith("ProfilerStep#")), key=lambda e: e.ts
-        )
-        self.step_ts = [e.ts for e in self.steps]
+        self.steps = profiler_steps(events)
+        self.step_ts = [e.ts for _, e in self.steps]
         self.by_tid: dict[object, list[Event]] = {}
         for e in events:
             if e.cat in ("cpu_op", "user_annotation", "python_function"):
@@ -175,8 +173,8 @@ class _Index:
 
     def step_of(self, ts: float) -> int | None:
         i = bisect_right(self.step_ts, ts) - 1
-        if i >= 0 and ts <= self.steps[i].end:
-            return int(self.steps[i].name.split("#")[1])
+        if i >= 0 and ts <= self.steps[i][1].end:
+            return self.steps[i][0]
         return None
 
     def phase_of(self, tid: object, ts: float) -> str | None:

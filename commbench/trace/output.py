@@ -5,10 +5,12 @@ distinct op, size, group size and placement)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from commbench.dtypes import DTYPE_SIZES
 from commbench.sizes import format_size
+from commbench.tables import Column, Table
 from commbench.trace.ops import CommOp
 from commbench.trace.stats import Stats
 
@@ -72,6 +74,17 @@ def calibration_summary(ops: list[CommOp]) -> dict | None:
     }
 
 
+PHASES = (
+    Column("axis", "", 8),
+    Column("phase", "", 10),
+    Column("count", "", 6),
+    Column("bytes", "", 10),
+    Column("time", "(ms)", 10, ".3f"),
+    Column("exposed", "(ms)", 10, ".3f"),
+    Column("busbw", "(GB/s)", 10, ".3f"),
+)
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
@@ -84,13 +97,13 @@ def text(ops: list[CommOp], st: Stats, head: dict, findings: list[str]) -> str:
         f"# steps {st.steps or 'none marked'}: comm {_pct(st.comm_share)} of the step, "
         f"exposed {_pct(st.exposed_share)} ({st.step_us / 1e3:.2f} ms of steps over all ranks)"
     )
-    lines.append(f"{'axis':<8} {'phase':<10} {'count':>6} {'bytes':>10} {'time ms':>10} "
-                 f"{'exposed ms':>10} {'busbw GB/s':>10}")  # fmt: skip
+    buf = io.StringIO()
+    table = Table(PHASES, buf)
+    table.header()
     for (axis, phase), t in sorted(st.phases.items()):
-        bw = "-" if t.busbw_gbps is None else f"{t.busbw_gbps:.3f}"
-        size = format_size(t.bytes) if t.sized else "-"
-        lines.append(f"{axis:<8} {phase:<10} {t.count:>6} {size:>10} "
-                     f"{t.time_us / 1e3:>10.3f} {t.exposed_us / 1e3:>10.3f} {bw:>10}")  # fmt: skip
+        table.row(axis, phase, t.count, format_size(t.bytes) if t.sized else None,
+                  t.time_us / 1e3, t.exposed_us / 1e3, t.busbw_gbps)  # fmt: skip
+    lines += buf.getvalue().splitlines()
     if st.skew:
         s = st.skew[0]
         lines.append(f"# most skewed: {s['op']} on {s['axis']} group {s['group_ranks']}: rank "

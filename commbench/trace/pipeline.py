@@ -12,6 +12,7 @@ from commbench.trace.groups import match_groups, pool_hints
 from commbench.trace.ops import CommOp, extract
 from commbench.trace.reader import RankTrace, read_job, trace_files
 from commbench.trace.stats import Stats, compute
+from commbench.traffic.layout import DEFAULT_ORDER
 
 
 @dataclass
@@ -80,8 +81,8 @@ def analyse(paths: list[str], layout: str | None, step: int | None) -> Job:
 
 def _finish(traces: list[RankTrace], ops: dict[int, list[CommOp]], world: int,
             layout: str | None, step: int | None, paths: list[str], notes: list[str]) -> Job:  # fmt: skip
-    if any(o.bytes is None for r in ops.values() for o in r):
-        n = sum(o.bytes is None for r in ops.values() for o in r)
+    n = sum(o.bytes is None for r in ops.values() for o in r)
+    if n:
         notes.append(f"sizes unknown for {n} ops: no record_param_comms metadata (older PyTorch) "
                      "or a gloo trace without record_shapes")  # fmt: skip
     flat = [o for r in ops.values() for o in r]
@@ -122,5 +123,4 @@ def _label(attribution: Attribution) -> str | None:
     lay = attribution.layout
     if lay is None:
         return None
-    order = "-".join(lay.order)
-    return lay.label() + ("" if order == "tp-cp-ep-dp-pp" else f" order {order}")
+    return lay.label() + ("" if lay.order == DEFAULT_ORDER else f" order {'-'.join(lay.order)}")

@@ -83,6 +83,18 @@ class Around:
         return found[::-1]
 
 
+STEP = "ProfilerStep#"  # torch.profiler marks each step with such an event
+
+
+def profiler_steps(events: list[Event]) -> list[tuple[int, Event]]:
+    """(N, event) of each ProfilerStep#N event, in start order."""
+    return [
+        (int(e.name[len(STEP) :]), e)
+        for e in sorted(events, key=lambda e: e.ts)
+        if e.name.startswith(STEP) and e.name[len(STEP) :].isdigit()
+    ]
+
+
 def trace_files(paths: list[str]) -> list[Path]:
     """The trace files named, folders expanded to their *.json / *.json.gz files (sorted)."""
     files: list[Path] = []
@@ -116,7 +128,7 @@ def _load_json(path: Path) -> dict:
     return doc
 
 
-def _ranks(value: object) -> tuple[int, ...] | None:
+def parse_ranks(value: object) -> tuple[int, ...] | None:
     """Ranks as pg_config (a list) or record_param_comms (the text `[0, 1]`) writes them."""
     if isinstance(value, str):
         try:
@@ -128,11 +140,6 @@ def _ranks(value: object) -> tuple[int, ...] | None:
     return None
 
 
-def parse_ranks(value: object) -> tuple[int, ...] | None:
-    """Public form of _ranks for the op extractor (record_param_comms' `Process Group Ranks`)."""
-    return _ranks(value)
-
-
 def read_trace(path: Path) -> RankTrace:
     """One rank's trace file, its complete events sorted by start time."""
     doc = _load_json(path)
@@ -142,7 +149,7 @@ def read_trace(path: Path) -> RankTrace:
     groups = []
     descs: dict[tuple[int, ...], str] = {}
     for i, pg in enumerate(info.get("pg_config") or ()):
-        ranks = _ranks(pg.get("ranks")) if isinstance(pg, dict) else None
+        ranks = parse_ranks(pg.get("ranks")) if isinstance(pg, dict) else None
         if ranks is None:
             raise UsageError(f"{path}: distributedInfo.pg_config[{i}] has no list of ranks")
         groups.append((str(pg.get("pg_name", i)), ranks))

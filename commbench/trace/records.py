@@ -9,12 +9,10 @@ import time
 from pathlib import Path
 
 from commbench.results.rundir import RunWriter, write_json_atomic
-from commbench.results.tracerecords import TraceRecord
+from commbench.results.tracerecords import TIMELINE, TraceRecord
 from commbench.trace.findings import link_class
 from commbench.trace.ops import CommOp
 from commbench.trace.stats import Stats
-
-TIMELINE = "trace.json"
 
 
 def record(op: CommOp, world: int, backend: str, origin: float, nodes: tuple[int, ...],

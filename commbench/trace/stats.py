@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from commbench.ops import OPS
 from commbench.trace.ops import CommOp, parse_kernel
-from commbench.trace.reader import Around, RankTrace
+from commbench.trace.reader import Around, RankTrace, profiler_steps
 
 Span = tuple[float, float]
 COMM_CPU = ("c10d::", "record_param_comms", "nccl:", "gloo:")
@@ -70,11 +70,7 @@ def compute_spans(trace: RankTrace) -> list[Span]:
 
 
 def steps_of(trace: RankTrace) -> dict[int, Span]:
-    return {
-        int(e.name.split("#")[1]): (e.ts, e.end)
-        for e in trace.events
-        if e.name.startswith("ProfilerStep#") and e.name.split("#")[1].isdigit()
-    }
+    return {n: (e.ts, e.end) for n, e in profiler_steps(trace.events)}
 
 
 @dataclass
