@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -63,6 +64,34 @@ def run_mpi(n: int, *args: str, timeout: float = 120, env: dict | None = None) -
         cmd, capture_output=True, text=True, timeout=timeout, env=job_env(env), cwd=REPO
     )
     return Job(p.returncode, p.stdout, p.stderr)
+
+
+TINY = {"name": "tiny", "layers": 2, "hidden": 128, "ffn_hidden": 256, "heads": 4,
+        "kv_heads": 2, "vocab": 512, "seq_len": 64}  # fmt: skip
+
+
+def run_checked_step(tmp_path: Path, ranks: int, degrees: dict, options: dict, **model) -> Path:
+    """A one-run suite of pattern step on TINY (`model` overrides its fields) under `mpirun -n
+    ranks`, asserted to exit 0 with every point's data checked; the suite file (the run is
+    tmp_path/"s")."""
+    suite = tmp_path / "step.yaml"
+    run = {"pattern": "step", "name": "step", "models": [{**TINY, **model}],
+           "degrees": degrees, "options": options}  # fmt: skip
+    suite.write_text(  # JSON is YAML
+        json.dumps(
+            {
+                "description": "a checked step",
+                "max_bytes": "4M",
+                "runs": [run],
+                "timing": {"budget": 0.01, "min_iters": 2, "max_iters": 3},
+            }
+        )  # fmt: skip
+    )
+    job = run_mpi(ranks, "suite", str(suite), "--results", str(tmp_path), "--run-id", "s",
+                  timeout=200)  # fmt: skip
+    assert job.returncode == 0, job.output
+    assert "Points with wrong data : 0 of 1 (checked)" in job.stdout, job.stdout
+    return suite
 
 
 def run_single(*args: str, timeout: float = 120, env: dict | None = None) -> Job:

@@ -17,7 +17,7 @@ from commbench.traffic.layout import ParallelLayout
 from commbench.traffic.model import ModelShape
 from commbench.traffic.presets import get_model
 
-from conftest import run_mpi, run_single
+from conftest import run_checked_step, run_mpi, run_single
 
 LLAMA = get_model("llama-7b")
 MIXTRAL = get_model("mixtral-8x7b")
@@ -276,20 +276,9 @@ def test_tied_embedding_pp3_runs_under_mpirun_with_correct_data(tmp_path, world)
     """A suite step of a tied tiny model at pp 3 (tp 1 and 2): the embedding grad all-reduce
     runs on the 2-rank groups of the first and last stage (the middle stage sits it out),
     every point's data checked."""
-    suite = tmp_path / "tied.yaml"
-    suite.write_text(
-        "description: tied embeddings over pp 3\n"
-        "timing: {budget: 0.01, min_iters: 2, max_iters: 3}\nmax_bytes: 4M\n"
-        "runs:\n  - pattern: step\n    name: tied-pp3\n    models:\n"
-        "      - {name: tiny-tied, layers: 3, hidden: 128, ffn_hidden: 256, heads: 4, "
-        "kv_heads: 4, vocab: 512, seq_len: 64, tied_embeddings: true}\n"
-        f"    degrees: {{tp: {world // 3}, pp: 3}}\n    options: {{micro_batches: 3}}\n"
-    )
-    job = run_mpi(world, "suite", str(suite), "--results", str(tmp_path), "--run-id", "t",
-                  timeout=200)  # fmt: skip
-    assert job.returncode == 0, job.output
-    assert "Points with wrong data : 0 of 1 (checked)" in job.stdout
-    run = read_run(tmp_path / "t")
+    run_checked_step(tmp_path, world, {"tp": world // 3, "pp": 3}, {"micro_batches": 3},
+                     name="tiny-tied", layers=3, kv_heads=4, tied_embeddings=True)  # fmt: skip
+    run = read_run(tmp_path / "s")
     tied = [r for r in run.records if r.get("kind") == "step" and r.get("axis") == "pp_ends"]
     assert tied and all(r["group_size"] == 2 and r["groups"] == world // 3 for r in tied)
 
@@ -298,19 +287,12 @@ def test_hierarchical_cp_runs_under_mpirun_and_bad_sizes_exit_2(tmp_path):
     """A step with cp_comm_type a2a+p2p over cp 4 as [2, 2] on 4 ranks: the all-to-alls on
     the blocks {0,1} {2,3}, the ring on {0,2} {1,3}, every point's data checked; sizes that do
     not multiply to cp are one message, exit 2."""
-    suite = tmp_path / "hcp.yaml"
-    suite.write_text(
-        "description: a2a+p2p\ntiming: {budget: 0.01, min_iters: 2, max_iters: 3}\n"
-        "max_bytes: 4M\nruns:\n  - pattern: step\n    name: hcp\n    models:\n"
-        "      - {name: tiny, layers: 2, hidden: 128, ffn_hidden: 256, heads: 4, kv_heads: 2, "
-        "vocab: 512, seq_len: 64}\n    degrees: {cp: 4}\n    options: {micro_batches: 2, "
-        "cp_comm_type: a2a+p2p, hierarchical_context_parallel_sizes: [2, 2]}\n"
-    )
-    job = run_mpi(4, "suite", str(suite), "--results", str(tmp_path), "--run-id", "h",
-                  timeout=200)  # fmt: skip
-    assert job.returncode == 0, job.output
-    assert "Points with wrong data : 0 of 1 (checked)" in job.stdout
-    recs = [r for r in read_run(tmp_path / "h").records if r.get("kind") == "step"]
+    suite = run_checked_step(
+        tmp_path, 4, {"cp": 4},
+        {"micro_batches": 2, "cp_comm_type": "a2a+p2p",
+         "hierarchical_context_parallel_sizes": [2, 2]},
+    )  # fmt: skip
+    recs = [r for r in read_run(tmp_path / "s").records if r.get("kind") == "step"]
     assert {(r["axis"], r["op"]) for r in recs if r["axis"].startswith("cp")} == {
         ("cp_in2", "alltoall"), ("cp_out2", "sendrecv"),
     }  # fmt: skip

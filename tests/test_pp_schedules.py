@@ -20,7 +20,7 @@ from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns import pp
 from commbench.traffic.presets import get_model
 
-from conftest import run_mpi, run_single
+from conftest import run_checked_step, run_single
 
 TINY = ModelShape(name="tiny", layers=12, hidden=128, ffn_hidden=256, heads=4, kv_heads=2,
                   vocab=512)  # fmt: skip
@@ -113,19 +113,13 @@ def test_torch_schedule_names_and_their_errors():
 def test_gpipe_step_runs_under_mpirun_with_correct_data(tmp_path):
     """A torchtitan step at pp 3 with ScheduleGPipe and 1 ms of synthetic forward compute on
     3 ranks: data checked, the pipeline's time at least GPipe's (m+p-1)(f+b) = 18 ms."""
-    suite = tmp_path / "gpipe.yaml"
-    suite.write_text(
-        "description: gpipe\ntiming: {budget: 0.01, min_iters: 2, max_iters: 3}\n"
-        "max_bytes: 4M\nruns:\n  - pattern: step\n    name: gpipe\n    models:\n"
-        "      - {name: tiny, layers: 3, hidden: 128, ffn_hidden: 256, heads: 4, kv_heads: 2, "
-        "vocab: 512, seq_len: 64}\n    degrees: {pp: 3}\n    options: {micro_batches: 4, "
-        "framework: torchtitan, pp_schedule: ScheduleGPipe, compute_ms: 1}\n"
-    )
-    job = run_mpi(3, "suite", str(suite), "--results", str(tmp_path), "--run-id", "g",
-                  timeout=200)  # fmt: skip
-    assert job.returncode == 0, job.output
-    assert "Points with wrong data : 0 of 1 (checked)" in job.stdout
-    (rec,) = [r for r in read_run(tmp_path / "g").records
+    suite = run_checked_step(
+        tmp_path, 3, {"pp": 3},
+        {"micro_batches": 4, "framework": "torchtitan", "pp_schedule": "ScheduleGPipe",
+         "compute_ms": 1},
+        layers=3,
+    )  # fmt: skip
+    (rec,) = [r for r in read_run(tmp_path / "s").records
               if r.get("kind") == "step" and r["op"] == "p2p_schedule"]  # fmt: skip
     assert rec["label"] == "GPipe p=3 m=4" and rec["time_us"] >= 18_000
     bad = run_single("suite", str(suite), "--dry-run", "--world", "3", "--set",
