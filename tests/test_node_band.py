@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from commbench.calibration.band import FLOOR, PRIOR_BW, PRIOR_LAT, node_band
+from commbench.calibration.band import FLOOR, PRIOR_BW, PRIOR_LAT, band_terms
 from commbench.calibration.hierarchy import nccl_ratio
 from commbench.calibration.lines import Line
 
@@ -26,6 +26,12 @@ def test_sendrecv_does_not_grow_with_nodes_past_two():
     s = float(1 << 30)
     got = nccl_ratio(None, "sendrecv", (16, 2), (80, 10), s, (0.02 / s, (4, 20e-6)))
     assert got is not None and got[0] == pytest.approx(1.0, rel=1e-3)
+
+
+def node_band(*args, **kw) -> tuple[float, str]:
+    """(w, why): band_terms' half-width under the default priors and its why."""
+    terms, why = band_terms(*args, **kw)
+    return terms.width(), why
 
 
 def test_band_from_one_node_count_is_the_stated_prior_over_the_reach():

@@ -79,22 +79,6 @@ class BandTerms:
         return max(self.measured, prior * self.reach, priors.floor)
 
 
-def node_band(
-    seconds: float,
-    n_from: int,
-    n_to: int,
-    others: list[tuple[int, float]],
-    latency_share: float = 0.0,
-    priors: Priors = DEFAULT_PRIORS,
-    unit: str = "nodes",
-) -> tuple[float, str]:
-    """(w, why): the relative half-width of the band around `seconds` predicted at n_to nodes
-    from n_from, `others` the (nodes, seconds) the same scaling gives from each other node
-    count measured."""
-    terms, why = band_terms(seconds, n_from, n_to, others, latency_share, priors, unit)
-    return terms.width(priors), why
-
-
 def band_terms(
     seconds: float,
     n_from: int,
@@ -104,7 +88,9 @@ def band_terms(
     priors: Priors = DEFAULT_PRIORS,
     unit: str = "nodes",
 ) -> tuple[BandTerms, str]:
-    """node_band's terms and its why."""
+    """(terms, why) of the band around `seconds` predicted at n_to nodes from n_from, `others`
+    the (nodes, seconds) the same scaling gives from each other node count measured; its
+    relative half-width is terms.width(priors)."""
     reach = abs(math.log2(n_to / n_from)) if n_from > 0 and n_to > 0 else 0.0
     prior = priors.per_doubling(latency_share)
     spread = [
