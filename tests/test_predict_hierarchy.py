@@ -10,6 +10,9 @@ from fit_samples import collective_records, write_run
 
 from commbench import calibration
 from commbench.calibration.costmodels import coefficients
+from commbench.calibration.hierarchy import chunk_ratio
+from commbench.calibration.lines import Line, SeriesModel
+from commbench.calibration.series_key import SeriesKey
 from commbench.fit import calibrate
 from commbench.fit.collect import collect, read_fit_runs
 from commbench.fit.options import FitOptions
@@ -63,3 +66,44 @@ def test_measured_shape_is_reproduced(cal):
     got = cal.explain("allreduce", 1 << 20, 16, "inter", nodes=2)
     assert got.method == "measured segment"
     assert got.seconds == pytest.approx(truth(16, 2, 1 << 20), rel=1e-3)
+
+
+def _series(op: str, p: int, nodes: int, time_of) -> SeriesModel:
+    """A measured series of op on p ranks over `nodes` nodes, knots at 1 KiB .. 1 GiB."""
+    sizes = [1 << k for k in range(10, 31)]
+    line = Line(sizes[0], sizes[-1], 0.0, 1 / 30e9)
+    key = SeriesKey("nccl", op, "inter", p, "float32")
+    return SeriesModel(key, sizes[0], sizes[-1], (line,), ((nodes, p // nodes),),
+                       tuple((s, time_of(s)) for s in sizes))  # fmt: skip
+
+
+def _step(chunk: float) -> float:
+    """A per-step cost no alpha-beta line follows: a latency floor, a protocol switch at
+    64 KiB (a slower rate below it), the wire rate above."""
+    return max(20e-6, chunk / (5e9 if chunk < 64 << 10 else 25e9))
+
+
+@pytest.mark.parametrize(("op", "peers"), [("allgather", lambda p, g: p - 1),
+                                           ("alltoall", lambda p, g: p - g)])  # fmt: skip
+def test_ring_and_alltoall_scale_at_the_same_per_peer_chunk(op, peers):
+    """8 nodes x 4 -> 256 x 4: each step's cost is read where the measured series had the
+    same chunk S / p, and the steps on the NICs scale as p - 1 (ring) or p - g (all-to-all):
+    exact on times that are a function of the chunk, where no fitted line is."""
+    g = 4
+    s = _series(op, 32, 8, lambda S: peers(32, g) * _step(S / 32))
+    for nbytes in (1 << 20, 16 << 20, 1 << 30):
+        ratio, method = chunk_ratio(s, op, (32, 8), (1024, 256), nbytes)
+        want = peers(1024, g) * _step(nbytes / 1024)
+        assert s.at(nbytes) * ratio == pytest.approx(want, rel=1e-6)
+        assert "same per-peer chunk" in method
+
+
+def test_chunk_rule_only_where_one_algorithm_runs_at_one_shape():
+    """All-reduce switches between ring and tree with the node count (NCCL's tuner): not
+    chunked. Another GPUs-per-node shape, or one node at either end: not chunked."""
+    s = _series("allgather", 32, 8, lambda S: 31 * _step(S / 32))
+    ar = _series("allreduce", 32, 8, lambda S: 62 * _step(S / 32))
+    assert chunk_ratio(ar, "allreduce", (32, 8), (1024, 256), 1 << 20) is None
+    assert chunk_ratio(s, "allgather", (32, 8), (2048, 256), 1 << 20) is None  # 8 per node
+    assert chunk_ratio(s, "allgather", (32, 8), (4, 1), 1 << 20) is None
+    assert chunk_ratio(s, "allgather", (4, 1), (32, 8), 1 << 20) is None

@@ -146,6 +146,41 @@ def to_nodes(
     return ratio, method, notes
 
 
+# NCCL runs these with one algorithm at every node count (a ring; all-to-all posts every peer
+# at once), each step moving S / p per rank: chunk_ratio scales them at the same chunk
+CHUNKED_OPS = frozenset({"allgather", "reduce_scatter", "alltoall", "alltoallv"})
+
+
+def chunk_ratio(
+    s: SeriesModel, op: str, shape_from: tuple[int, int], shape_to: tuple[int, int], nbytes: float
+) -> tuple[float, str] | None:
+    """A series measured at shape_from = (q ranks, Nq nodes) scaled to shape_to = (p, N) at the
+    same per-peer chunk S / p: the measured time at S q / p times the bytes each rank puts on
+    its bottleneck link at the target over those measured (B(p) p / B(q) q, nccl_steps' B:
+    p - 1 chunks of a ring all-gather or reduce-scatter, p - g of an all-to-all across nodes).
+    Each step's cost is a function of its chunk (NCCL picks protocol, channels and pipelining
+    by it), so it is read where it was measured rather than modelled as alpha + beta x: on
+    Polaris (2+8 -> 256/540 nodes) all-gather runs 3x faster at 1-16 MiB and 2x slower at
+    256 MiB-1 GiB than a fitted ring's steps, and both are the 8-node times at S / 32 and
+    S / 67.5. (ratio, method), or None: not such an op, another ranks-per-node shape, one
+    node, or a time that is not positive."""
+    (q, nq), (p, n) = shape_from, shape_to
+    if op not in CHUNKED_OPS or nq < 2 or n < 2 or q * n != p * nq:
+        return None
+    got_q, got_p = nccl_steps(op, "ring", q, nq), nccl_steps(op, "ring", p, n)
+    if got_q is None or got_p is None or got_q[2] <= 0:
+        return None
+    base, at_chunk = s.at(nbytes), s.at(nbytes * q / p)
+    if base <= 0 or at_chunk <= 0:
+        return None
+    ratio = at_chunk * (got_p[2] * p) / (got_q[2] * q) / base
+    method = (
+        f"scaled from group size {q} on {nq} nodes to {p} on {n} at the same per-peer chunk: "
+        f"the time measured at S x {q}/{p}, times the bytes per rank on the NICs"
+    )
+    return ratio, method
+
+
 @dataclass(frozen=True)
 class Scaled:
     """An inter series scaled to another node count: the ratio to its time, how, and the
@@ -250,7 +285,16 @@ def series_to_nodes(
     per_node = per_node_scale(series, s, op, shape_to, nbytes) if link.best_model == NCCL else None
     scale = per_node[0] if per_node is not None else 1.0
     shape_from = (s.key.group_size, n_from)
-    got = to_nodes(link, intra, op, shape_from, shape_to, nbytes, _measured(s, nbytes), scale)
+
+    def scaled(
+        x: SeriesModel, shape: tuple[int, int], by: float
+    ) -> tuple[float, str, list[str]] | None:
+        chunked = chunk_ratio(x, op, shape, shape_to, nbytes) if per_node is None else None
+        if chunked is not None and link.best_model == NCCL:
+            return chunked[0], chunked[1], [link.note] if link.note else []
+        return to_nodes(link, intra, op, shape, shape_to, nbytes, _measured(x, nbytes), by)
+
+    got = scaled(s, shape_from, scale)
     if got is None:
         return None
     seconds = s.at(nbytes) * got[0]
@@ -264,7 +308,7 @@ def series_to_nodes(
         if {g for _, g in x.shapes} != ppn:
             continue
         assert c is not None
-        g = to_nodes(link, intra, op, (x.key.group_size, c), shape_to, nbytes, _measured(x, nbytes))
+        g = scaled(x, (x.key.group_size, c), 1.0)
         if g is not None:
             others.append((c, x.at(nbytes) * g[0]))
     if intra is not None and intra.best_model != link.best_model:
