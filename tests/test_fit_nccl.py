@@ -96,7 +96,7 @@ def load_bench():
 def test_stored_log_pair_imports_fits_and_predicts(tmp_path):
     """The bench's pipeline on the stored 4-node and 8-node logs: every >= 64 KiB point of the
     8-node log predicted, finite, each saying it extrapolated to 8 nodes from the 4 measured,
-    by NCCL's model; the median it prints is the median of those rows' errors."""
+    by NCCL's model (its ring's sizes at the same per-peer chunk); the median it prints is the median of those rows' errors."""
     bench = load_bench()
     small = bench.import_log("4x8", tmp_path)
     large = bench.import_log("8x8", tmp_path)
@@ -107,7 +107,7 @@ def test_stored_log_pair_imports_fits_and_predicts(tmp_path):
     for r in rows:
         assert r["nodes"] == 8 and r["group_size"] == 64 and r["extrapolated"], r
         assert r["reach"]["nodes_measured"] == [4] and r["reach"]["group_size_from"] == 32, r
-        assert "NCCL's ring/tree model" in r["method"], r
+        assert any(x in r["method"] for x in ("NCCL's ring/tree model", "runs the ring there")), r
         assert math.isfinite(r["abs_error"]), r
     scored = bench.score(rows)["allreduce"]
     errs = sorted(r["abs_error"] for r in rows)

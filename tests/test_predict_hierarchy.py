@@ -98,12 +98,17 @@ def test_ring_and_alltoall_scale_at_the_same_per_peer_chunk(op, peers):
         assert "same per-peer chunk" in method
 
 
-def test_chunk_rule_only_where_one_algorithm_runs_at_one_shape():
-    """All-reduce switches between ring and tree with the node count (NCCL's tuner): not
-    chunked. Another GPUs-per-node shape, or one node at either end: not chunked."""
+def test_chunk_rule_at_one_shape_of_ring_steps():
+    """A ring all-reduce's 2 (p - 1) steps scale as p - 1 at the chunk (to_nodes takes it only
+    where NCCL's model runs the ring at the target). Another GPUs-per-node shape, one node at
+    either end, or an op with no ring steps (send/recv): not chunked."""
     s = _series("allgather", 32, 8, lambda S: 31 * _step(S / 32))
     ar = _series("allreduce", 32, 8, lambda S: 62 * _step(S / 32))
-    assert chunk_ratio(ar, "allreduce", (32, 8), (1024, 256), 1 << 20) is None
+    got = chunk_ratio(ar, "allreduce", (32, 8), (1024, 256), 64 << 20)
+    assert got is not None
+    assert ar.at(64 << 20) * got[0] == pytest.approx(2046 * _step((64 << 20) / 1024), rel=1e-6)
+    pairs = _series("sendrecv", 32, 8, lambda S: _step(S))
+    assert chunk_ratio(pairs, "sendrecv", (32, 8), (1024, 256), 1 << 20) is None
     assert chunk_ratio(s, "allgather", (32, 8), (2048, 256), 1 << 20) is None  # 8 per node
     assert chunk_ratio(s, "allgather", (32, 8), (4, 1), 1 << 20) is None
     assert chunk_ratio(s, "allgather", (4, 1), (32, 8), 1 << 20) is None

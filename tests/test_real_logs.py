@@ -127,6 +127,13 @@ def test_allgather_and_alltoall_transfer_to_hundreds_of_nodes():
         assert any("same per-peer chunk" in m for m in r.methods)
     near = [r for r in rows if r.op in ("allgather", "alltoall") and r.target == 8]
     assert len(near) == 2 and all(r.median is not None and r.median <= 0.15 for r in near)
+    # all-reduce: the ring's sizes at the chunk, the tree's (NCCL's model, hundreds of nodes)
+    # by the model's steps: both kinds at 8 nodes, the tree alone at 256 and 540
+    (ar8,) = [r for r in rows if r.op == "allreduce" and r.target == 8]
+    assert any("runs the ring there" in m for m in ar8.methods)
+    assert any("(tree) by NCCL's ring/tree model" in m for m in ar8.methods)
+    for r in (r for r in rows if r.op == "allreduce" and r.target >= 256):
+        assert all("per-peer chunk" not in m for m in r.methods)
 
 
 def _bench():

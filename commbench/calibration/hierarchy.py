@@ -18,7 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
+from commbench.calibration.algorithms import (
+    NCCL,
+    NCCL_ALGORITHMS,
+    nccl_inter_latency,
+    nccl_steps,
+    nccl_time,
+)
 from commbench.calibration.band import DEFAULT_PRIORS, BandTerms, Priors, band_terms
 from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
@@ -87,18 +93,20 @@ def nccl_ratio(
     nbytes: float,
     measured: Measured,
     bandwidth_scale: float = 1.0,
+    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
-    faster of ring and tree (calibration.algorithms), and the algorithm of each, on the terms
-    _nccl_terms fits to the series; None where NCCL has no model of op. `bandwidth_scale`:
-    shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it is the same."""
+    faster of ring and tree (calibration.algorithms; at shape_to, of `algorithms`), and the
+    algorithm of each, on the terms _nccl_terms fits to the series; None where NCCL has no
+    model of op. `bandwidth_scale`: shape_to's bus bandwidth over shape_from's
+    (per_node_scale), 1 where it is the same."""
     (q, nq), (p, n) = shape_from, shape_to
     terms = _nccl_terms(intra, op, shape_from, nbytes, measured)
     if terms is None or n < 1 or p < n:
         return None
     step, hop, beta = terms
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
-    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale)
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale, algorithms)
     return (target / base, alg_q, alg_p) if base > 0 else None
 
 
@@ -109,19 +117,26 @@ def to_nodes(
     shape_from: tuple[int, int],
     shape_to: tuple[int, int],
     nbytes: float,
-    measured: Measured,
+    s: SeriesModel,
     bandwidth_scale: float = 1.0,
 ) -> tuple[float, str, list[str]] | None:
-    """An inter series measured at shape_from = (q ranks, Nq nodes), `measured` its beta per
-    byte at S and latency regime (_measured), scaled to shape_to: on a link fitted under NCCL's model by nccl_ratio,
-    else by hierarchical_ratio with the intra link's terms under the same model; (ratio,
-    method, notes), or None."""
+    """An inter series s measured at shape_from = (q ranks, Nq nodes) scaled to shape_to: on a
+    link fitted under NCCL's model, at the same per-peer chunk (chunk_ratio) where NCCL runs
+    a ring there (all-gather, reduce-scatter, all-to-all; all-reduce where its model picks
+    the ring over the tree), else by nccl_ratio; on other links by hierarchical_ratio with the
+    intra link's terms under the same model; (ratio, method, notes), or None."""
     (q, nq), (p, n) = shape_from, shape_to
     if intra is not None and intra.best_model != link.best_model:
         intra = intra.library  # both links priced under the same model
     notes = [link.note] if link.note else []
     if link.best_model == NCCL:
-        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale)
+        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, _measured(s, nbytes),
+                         bandwidth_scale)  # fmt: skip
+        chunked = chunk_ratio(s, op, shape_from, shape_to, nbytes)
+        if chunked is not None and op != "allreduce":
+            return chunked[0], chunked[1], notes
+        if chunked is not None and got is not None and got[2] == "ring":
+            return chunked[0], f"{chunked[1]} (NCCL's model runs the ring there)", notes
         if got is not None:
             if nq <= 2 < n:
                 notes.append(
@@ -146,9 +161,9 @@ def to_nodes(
     return ratio, method, notes
 
 
-# NCCL runs these with one algorithm at every node count (a ring; all-to-all posts every peer
-# at once), each step moving S / p per rank: chunk_ratio scales them at the same chunk
-CHUNKED_OPS = frozenset({"allgather", "reduce_scatter", "alltoall", "alltoallv"})
+# ops whose steps each move S / p per rank: NCCL's ring (all-reduce's, where its tuner does not
+# pick the tree) and all-to-all, which posts every peer at once
+CHUNKED_OPS = frozenset({"allreduce", "allgather", "reduce_scatter", "alltoall", "alltoallv"})
 
 
 def chunk_ratio(
@@ -286,15 +301,7 @@ def series_to_nodes(
     scale = per_node[0] if per_node is not None else 1.0
     shape_from = (s.key.group_size, n_from)
 
-    def scaled(
-        x: SeriesModel, shape: tuple[int, int], by: float
-    ) -> tuple[float, str, list[str]] | None:
-        chunked = chunk_ratio(x, op, shape, shape_to, nbytes) if per_node is None else None
-        if chunked is not None and link.best_model == NCCL:
-            return chunked[0], chunked[1], [link.note] if link.note else []
-        return to_nodes(link, intra, op, shape, shape_to, nbytes, _measured(x, nbytes), by)
-
-    got = scaled(s, shape_from, scale)
+    got = to_nodes(link, intra, op, shape_from, shape_to, nbytes, s, scale)
     if got is None:
         return None
     seconds = s.at(nbytes) * got[0]
@@ -308,7 +315,7 @@ def series_to_nodes(
         if {g for _, g in x.shapes} != ppn:
             continue
         assert c is not None
-        g = scaled(x, (x.key.group_size, c), 1.0)
+        g = to_nodes(link, intra, op, (x.key.group_size, c), shape_to, nbytes, x)
         if g is not None:
             others.append((c, x.at(nbytes) * g[0]))
     if intra is not None and intra.best_model != link.best_model:
