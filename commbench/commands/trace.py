@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", default=None, metavar="tp=N,pp=N,...",
                    help="parallel degrees (dp: the rest), Megatron's rank order")  # fmt: skip
     p.add_argument("--framework", choices=("megatron", "torchtitan"), default="megatron",
-                   help="whose rank order --layout follows (the same for dense axes)")  # fmt: skip
+                   help="whose traffic --model prices (plan --framework); --layout's rank "
+                   "order is the same for both on dense axes")  # fmt: skip
     p.add_argument("--step", type=int, default=None, metavar="N",
                    help="only ProfilerStep#N (default: every step traced)")  # fmt: skip
     p.add_argument("--calibration", default=None, metavar="FILE",
@@ -92,7 +93,8 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError("--model: the job's layout is unknown: give --layout")
         rpn = args.ranks_per_node or (job.world // (max(nodes) + 1) if nodes else job.world)
         cmp = plancompare.compare(args.model, job.world, rpn, args.calibration,
-                                  job.attribution.layout.label(), job.stats)  # fmt: skip
+                                  job.attribution.layout.label(), job.stats,
+                                  args.framework)  # fmt: skip
     if args.results:
         from commbench.trace.records import write_run
 

@@ -22,15 +22,17 @@ def traced_per_step(st: Stats) -> dict[str, float]:
 
 
 def compare(model: str, world: int, gpus_per_node: int, calibration: str | None,
-            layout: str, st: Stats) -> dict:  # fmt: skip
-    """`plan --explain LAYOUT` for MODEL on WORLD GPUs against the trace (a dict for --json)."""
+            layout: str, st: Stats, framework: str = "megatron") -> dict:  # fmt: skip
+    """`plan --explain LAYOUT` for MODEL on WORLD GPUs against the trace (a dict for --json),
+    the traffic priced as `framework` makes it (plan --framework)."""
     from commbench import plan
     from commbench.cli import Parser
     from commbench.commands import plan as plan_cmd
 
     parser = Parser(prog="commbench plan")
     plan_cmd.add_arguments(parser)
-    argv = ["--model", model, "--gpus", str(world), "--gpus-per-node", str(gpus_per_node)]
+    argv = ["--model", model, "--gpus", str(world), "--gpus-per-node", str(gpus_per_node),
+            "--framework", framework]  # fmt: skip
     args = parser.parse_args(argv + (["--calibration", calibration] if calibration else []))
     cal = plan.load_calibration(args.calibration)
     ev = plan.explain(plan_cmd.request_from_args(args, cal), cal, layout)
@@ -39,6 +41,7 @@ def compare(model: str, world: int, gpus_per_node: int, calibration: str | None,
     return {
         "config": ev.config.label,
         "model": model,
+        "framework": framework,
         "calibration": cal.source,
         "predicted_s": {a: round(v, 6) for a, v in predicted.items()},
         "traced_s": {a: round(v, 6) for a, v in traced.items()},
@@ -58,5 +61,6 @@ def text(cmp: dict) -> str:
     share = (
         f"; comm {100 * t:.1f}% of the step traced / {100 * p:.1f}% predicted" if p and t else ""
     )
-    return (f"# plan --explain {cmp['config']} ({cmp['model']}, {cmp['calibration']}): "
+    return (f"# plan --explain {cmp['config']} ({cmp['model']}, {cmp['framework']}, "
+            f"{cmp['calibration']}): "
             f"per step and rank {parts or 'no communication'}{share}")  # fmt: skip
