@@ -22,6 +22,8 @@ then the same held out: per cluster (a set's machine: Polaris' sets are one), th
 prior chosen on the other clusters' points from the terms each row states (`band_terms`),
 scored on the held-out one (leave-one-cluster-out). Targets (issue 29): median
 within 10% when the target is at most 4x the largest fitted node count, within 20% beyond.
+Last, twins: two sets of one cluster whose logs agree at the fitted counts and differ at a
+target bound what any prediction from those fits can reach there (`twins`).
 Exit 1 when any row fails.
 """
 
@@ -320,6 +322,50 @@ def untransferred(logs: list[Log]) -> list[str]:
     return out
 
 
+def _times(run_dir: Path) -> dict[int, float]:
+    """Out-of-place time (s) per size >= LARGE of an imported log."""
+    out = {}
+    for line in (run_dir / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["placement"] == "out-of-place" and r["bytes"] >= LARGE:
+            out[r["bytes"]] = r["time_us"] / 1e6
+    return out
+
+
+def twins(logs: list[Log], ws: Workspace) -> list[str]:
+    """Where two sets' logs agree at the node counts a transfer fits (median |time ratio - 1|
+    over sizes >= 1 MiB within 3%, the run-to-run noise of these logs) but differ at a
+    target: no prediction made from those fits can come close to both. Per target size the
+    best single prediction misses one of them by |r - 1| / (r + 1) (r their time ratio, the
+    prediction 2ab / (a + b)); a line per such pair with that bound's median and max."""
+    out = []
+    first = [x for x in logs if not x.repeat]
+    for name, op, fixed, fitted, target, axis in cases(first):
+        for other in sorted(
+            {x.set for x in first if x.set > name and cluster(x.set) == cluster(name)}
+        ):
+            pair: dict[tuple[str, int], Path] = {}
+            for x in first:
+                if x.set in (name, other) and x.op == op and _shape(x, axis)[0] == fixed:
+                    pair[(x.set, _shape(x, axis)[1])] = ws.run(x)
+            if not all((s, n) in pair for s in (name, other) for n in [*fitted, target]):
+                continue
+            fit_gap = 0.0
+            for n in fitted:
+                a, b = _times(pair[(name, n)]), _times(pair[(other, n)])
+                fit_gap = max(fit_gap, median(abs(b[s] / a[s] - 1) for s in a if s in b))
+            a, b = _times(pair[(name, target)]), _times(pair[(other, target)])
+            bound = [abs(r - 1) / (r + 1) for r in (b[s] / a[s] for s in a if s in b)]
+            if fit_gap <= 0.03 and median(bound) > 0.05:
+                out.append(
+                    f"# {name} and {other} {op}: their logs at {'+'.join(map(str, fitted))} "
+                    f"agree within {fit_gap:.1%} (median), at {target} they do not: a "
+                    f"prediction from those fits misses one of them by >= {median(bound):.1%} "
+                    f"(median over sizes >= 1 MiB; max {max(bound):.1%})"
+                )
+    return out
+
+
 def run(sets: list[str] | None = None, root: Path = LOGS) -> list[Row]:
     logs = [x for x in discover(root) if sets is None or x.set in sets]
     with tempfile.TemporaryDirectory(prefix="cb-real-logs-") as tmp:
@@ -342,10 +388,12 @@ def main() -> int:
         return 2
     print("# fit the small node counts, predict the larger (median/max |error| >= 1 MiB)")
     print(table(rows))
-    for line in untransferred(
-        [x for x in discover(args.logs) if not args.set or x.set in args.set]
-    ):
+    chosen = [x for x in discover(args.logs) if not args.set or x.set in args.set]
+    for line in untransferred(chosen):
         print(line)
+    with tempfile.TemporaryDirectory(prefix="cb-real-logs-") as tmp:
+        for line in twins(chosen, Workspace(Path(tmp))):
+            print(line)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1, default=str))
     return 0 if all(r.status == "PASS" for r in rows) else 1
