@@ -344,13 +344,13 @@ def test_model_sets_the_trace_beside_plan_explain(gloo_job):
     assert cmp["config"].startswith("tp1-cp1-dp2-pp2")
     assert cmp["predicted_s"]["pp"] > 0 and cmp["traced_s"]["pp"] > 0
     assert cmp["traced_comm_share"] == pytest.approx(json.loads(got.stdout)["comm_share"])
-    assert cmp["framework"] == "megatron"
+    assert cmp["priced_as"] == "megatron"
     titan = run_single("trace", str(gloo_job / "pp"), "--model", "llama-7b:layers=2",
                        "--framework", "torchtitan", "--json")  # fmt: skip
     assert titan.returncode == 0, titan.output
     other = json.loads(titan.stdout)["plan"]
     # priced by plan --framework torchtitan (its pipeline schedules by their torch names)
-    assert other["framework"] == "torchtitan" and other["traced_s"] == cmp["traced_s"]
+    assert other["priced_as"] == "torchtitan" and other["traced_s"] == cmp["traced_s"]
     assert "llama-7b:layers=2, torchtitan," in plancompare.text(other)
     dense_ep = run_single("trace", str(gloo_job / "tpdp"), "--model", "llama-7b:layers=2")
     assert dense_ep.returncode == 2 and "ep=2" in dense_ep.stderr  # llama has no experts

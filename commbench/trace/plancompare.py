@@ -41,7 +41,7 @@ def compare(model: str, world: int, gpus_per_node: int, calibration: str | None,
     return {
         "config": ev.config.label,
         "model": model,
-        "framework": framework,
+        "priced_as": framework,
         "calibration": cal.source,
         "predicted_s": {a: round(v, 6) for a, v in predicted.items()},
         "traced_s": {a: round(v, 6) for a, v in traced.items()},
@@ -61,6 +61,6 @@ def text(cmp: dict) -> str:
     share = (
         f"; comm {100 * t:.1f}% of the step traced / {100 * p:.1f}% predicted" if p and t else ""
     )
-    return (f"# plan --explain {cmp['config']} ({cmp['model']}, {cmp['framework']}, "
+    return (f"# plan --explain {cmp['config']} ({cmp['model']}, {cmp['priced_as']}, "
             f"{cmp['calibration']}): "
             f"per step and rank {parts or 'no communication'}{share}")  # fmt: skip
