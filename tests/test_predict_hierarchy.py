@@ -112,3 +112,21 @@ def test_chunk_rule_at_one_shape_of_ring_steps():
     assert chunk_ratio(s, "allgather", (32, 8), (2048, 256), 1 << 20) is None  # 8 per node
     assert chunk_ratio(s, "allgather", (32, 8), (4, 1), 1 << 20) is None
     assert chunk_ratio(s, "allgather", (4, 1), (32, 8), 1 << 20) is None
+
+
+def test_the_planners_pricer_scales_by_the_hosts_a_group_spans(cal):
+    """Evaluator.price with the hosts one group spans takes the node path (intra- and
+    inter-node steps apart) and carries its band; without them, group size alone; an intra
+    group ignores them."""
+    from commbench.calibration.pricing import Evaluator
+
+    ev = Evaluator(cal, extrapolate=True)
+    spans = ev.price("allreduce", 8 << 10, 64, "inter", "float32", nodes=8)
+    flat = ev.price("allreduce", 8 << 10, 64, "inter", "float32")
+    assert "intra- and inter-node steps apart" in spans.method and spans.band is not None
+    assert spans.seconds == pytest.approx(truth(64, 8, 8 << 10), rel=0.02)
+    assert flat.band is None and flat.seconds != spans.seconds
+    lo, hi = spans.band
+    assert spans.seconds is not None and lo < spans.seconds < hi
+    intra = ev.price("allreduce", 8 << 10, 8, "intra", "float32", nodes=8)
+    assert intra == ev.price("allreduce", 8 << 10, 8, "intra", "float32")

@@ -258,3 +258,33 @@ def test_a_calibration_records_its_band_and_predicts_with_it(tmp_path):
                                 "floor": 0.05})  # fmt: skip
     lo2, t2, hi2 = band(wide)
     assert t2 == t and hi2 > hi and lo2 < lo
+
+
+@NEEDS_LOGS
+def test_plan_prices_a_group_of_256_nodes_from_2_and_8(tmp_path, capsys):
+    """`plan --explain` on a calibration of Polaris' 2 + 8 node logs: a data-parallel group of
+    1024 GPUs on 256 nodes is priced at the same per-peer chunk, from the 8-node series, and
+    the axis says its band (each op's, summed) instead of the prior alone."""
+    from commbench import cli
+
+    runs = []
+    for n in (2, 8):
+        for op in ("allgather", "allreduce", "alltoall"):
+            log = REAL_LOGS / f"a100_{n}x4_{op}_polaris-nccl221-env5.txt"
+            assert cli.main(["import", "nccl-tests", str(log), "--results", str(tmp_path),
+                             "--run-id", log.stem]) == 0  # fmt: skip
+            runs.append(str(tmp_path / log.stem))
+    cal = tmp_path / "cal.json"
+    assert cli.main(["fit", *runs, "-o", str(cal)]) == 0
+    capsys.readouterr()
+    assert cli.main(["plan", "--model", "llama-7b", "--gpus", "1024", "--gpus-per-node", "4",
+                     "--explain", "tp1-cp1-dp1024-pp1-z0", "--calibration", str(cal),
+                     "--extrapolate"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "dp size 1024 inter (256 host(s)" in text
+    assert "at the same per-peer chunk" in text
+    (band,) = [line for line in text.splitlines() if line.startswith("# band: dp communication")]
+    m = re.search(r"communication ([\d.]+) s, between ([\d.]+) and ([\d.]+) s", band)
+    assert m, band
+    t, lo, hi = (float(x) for x in m.groups())
+    assert lo < t < hi

@@ -64,6 +64,7 @@ class Priced:
     extrapolated: bool = False
     notes: tuple[str, ...] = ()
     error: str | None = None
+    band: tuple[float, float] | None = None  # seconds per op, beyond the measured node counts
 
 
 @dataclass(kw_only=True)
@@ -87,6 +88,8 @@ class StepEstimate:
     extrapolated: bool = False
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    # total_s's band (calibration/band.py) where its groups span more nodes than were measured
+    band_s: tuple[float, float] | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -171,23 +174,28 @@ class Evaluator:
         use = sorted(measured, key=lambda d: (DTYPE_SIZES.get(d) != size, d))[0]
         return use, f"{dtype} {op} priced by bytes from the {use} series (no reduction)"
 
-    def price(self, op: str, nbytes: int, p: int, link_class: str, dtype: str) -> Priced:
-        """Seconds of one op (cached); a calibration that cannot price it gives `error`."""
+    def price(
+        self, op: str, nbytes: int, p: int, link_class: str, dtype: str, nodes: int | None = None
+    ) -> Priced:
+        """Seconds of one op (cached); a calibration that cannot price it gives `error`.
+        `nodes`: the hosts one group spans, so an inter-node group is scaled from the node
+        counts measured (calibration/hierarchy.py) and carries their band."""
         dtype = canonical_dtype_name(dtype)
-        key = (op, nbytes, p, link_class, dtype)
+        nodes = nodes if link_class == "inter" and nodes is not None and nodes > 1 else None
+        key = (op, nbytes, p, link_class, dtype, nodes)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         use, note = self.price_dtype(op, p, link_class, dtype) if p > 1 else (dtype, None)
         try:
             pred: Prediction = self.cal.explain(
-                op, nbytes, p, link_class, use, self.backend, self.extrapolate
+                op, nbytes, p, link_class, use, self.backend, self.extrapolate, nodes=nodes
             )
         except UsageError as e:
             priced = Priced(None, "not priced", error=str(e))
         else:
             notes = tuple(n for n in [note, *pred.notes] if n)
-            priced = Priced(pred.seconds, pred.method, pred.extrapolated, notes)
+            priced = Priced(pred.seconds, pred.method, pred.extrapolated, notes, band=pred.band)
         self._cache[key] = priced
         return priced
 
@@ -199,10 +207,11 @@ class Evaluator:
         size: int,
         link_class: str,
         stage_links: tuple[str, ...] | None = None,
+        nodes: int | None = None,
     ) -> StepEstimate:
-        """Estimate of one Program step run on groups of `size` over `link_class`; a p2p
-        schedule's messages between positions i and i+1 take `stage_links[i]` (None: all
-        `link_class`)."""
+        """Estimate of one Program step run on groups of `size` over `link_class` spanning
+        `nodes` hosts (None: not known); a p2p schedule's messages between positions i and i+1
+        take `stage_links[i]` (None: all `link_class`)."""
         from commbench.traffic.execution import substitute_dtype
 
         run = step
@@ -222,7 +231,7 @@ class Evaluator:
         if OPS[step.op].scheduled:
             return self._schedule(step, base, stage_links)
         nbytes = busiest_bytes(run)
-        pr = self.price(step.op, nbytes, size, link_class, run.dtype)
+        pr = self.price(step.op, nbytes, size, link_class, run.dtype, nodes)
         if pr.error:
             return StepEstimate(
                 **base,
@@ -247,6 +256,7 @@ class Evaluator:
             method=pr.method,
             extrapolated=pr.extrapolated,
             notes=notes,
+            band_s=(pr.band[0] * step.repeat, pr.band[1] * step.repeat) if pr.band else None,
         )
 
     def _schedule(
@@ -344,15 +354,15 @@ class Evaluator:
         program: Program,
         layout: ParallelLayout,
         link_classes: dict[str, str] | None = None,
-        placement: Callable[[str], tuple[int, str]] | None = None,
+        placement: Callable[[str], tuple[int, str, int]] | None = None,
         pipeline_links: Callable[[str], tuple[int, str, tuple[str, ...]]] | None = None,
     ) -> ProgramEstimate:
         """Estimate every step of `program` on `layout`; `link_classes` (axis -> class, e.g. from
         a point record) overrides the layout's own placement; `placement` (axis -> size, link
-        class) and `pipeline_links` (axis -> size, link class, link per stage pair) give it
-        without listing the layout's groups (the planner's)."""
+        class, hosts one group spans) and `pipeline_links` (axis -> size, link class, link per
+        stage pair) give it without listing the layout's groups (the planner's)."""
         steps = []
-        seen: dict[str, tuple[int, str]] = {}
+        seen: dict[str, tuple[int, str, int]] = {}
         for i, st in enumerate(program.steps):
             if OPS[st.op].scheduled and not (link_classes and st.axis in link_classes):
                 where3 = (pipeline_links or partial(self._pipeline_links, layout))(st.axis)
@@ -364,9 +374,9 @@ class Evaluator:
                     where = placement(st.axis)
                 else:
                     info = resolve_axis(layout, st.axis)
-                    where = (info.size, info.link_class)
+                    where = (info.size, info.link_class, info.hosts_spanned)
                 if link_classes and st.axis in link_classes:
-                    where = (where[0], link_classes[st.axis])
+                    where = (where[0], link_classes[st.axis], where[2])
                 seen[st.axis] = where
-            steps.append(self.step(i, st, *where))
+            steps.append(self.step(i, st, where[0], where[1], nodes=where[2]))
         return ProgramEstimate(program.pattern, steps)

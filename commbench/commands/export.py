@@ -164,7 +164,12 @@ def _simai(args, cal, chosen) -> tuple[dict[str, str], list[str], str]:
         rows, tp=cfg.tp, ep=cfg.ep, pp=cfg.pp, micro_batches=cfg.micro_batches,
         gpus=req.gpus, pp_bytes=pp_bytes,
     )  # fmt: skip
-    where = planner.where(layout)
+    placed = planner.where(layout)
+
+    def where(axis: str) -> tuple[int, str]:
+        size, link, _ = placed(axis)  # (group size, link class, hosts spanned)
+        return size, link
+
     yaml_text = simai.busbw_yaml(
         steps, where, _pricer(cal, args.backend), pp_bytes, where("pp") if cfg.pp > 1 else None
     )

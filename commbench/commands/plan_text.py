@@ -200,6 +200,18 @@ def inference_lines(ev, w) -> None:
         )
 
 
+def axis_bands(ev) -> dict[str, tuple[float, float, float]]:
+    """Per axis whose priced ops carry a band (groups spanning more nodes than measured):
+    (their total seconds, the sum of the bands' low ends, of their high ends)."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for est in ev.estimates.values():
+        for s in est.steps:
+            if s.band_s is not None and s.total_s is not None:
+                t, lo, hi = out.get(s.axis, (0.0, 0.0, 0.0))
+                out[s.axis] = (t + s.total_s, lo + s.band_s[0], hi + s.band_s[1])
+    return out
+
+
 def explain_text(ev, req, cal, out) -> None:
     from commbench.calibration.band import plan_note
     from commbench.sizes import format_size
@@ -229,8 +241,16 @@ def explain_text(ev, req, cal, out) -> None:
         )
         + "\n"
     )
+    bands = axis_bands(ev)
     for a, d in ev.placement.items():
-        if note := plan_note(cal.doc, a, d["link_class"], d["hosts_spanned"]):
+        if a in bands:
+            t, lo, hi = bands[a]
+            w(
+                f"# band: {a} communication {_s(t)} s, between {_s(lo)} and {_s(hi)} s: its "
+                f"groups span {d['hosts_spanned']} hosts, more than its {d['link_class']} link "
+                "was measured at (each op's band, calibration/band.py)\n"
+            )
+        elif note := plan_note(cal.doc, a, d["link_class"], d["hosts_spanned"]):
             w(f"# band: {note}\n")
     w(
         "# memory per GPU (GB): "

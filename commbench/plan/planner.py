@@ -166,12 +166,13 @@ class Planner:
             hit = self._info[key] = axis_placement(layout, axis, self.req.gpus_per_node)
         return hit
 
-    def where(self, layout: ParallelLayout) -> Callable[[str], tuple[int, str]]:
-        """(group size, link class) of an axis of `layout`, for Evaluator.program."""
+    def where(self, layout: ParallelLayout) -> Callable[[str], tuple[int, str, int]]:
+        """(group size, link class, hosts one group spans) of an axis of `layout`, for
+        Evaluator.program."""
 
-        def lookup(axis: str) -> tuple[int, str]:
+        def lookup(axis: str) -> tuple[int, str, int]:
             info = self.info(layout, axis)
-            return info.size, info.link_class
+            return info.size, info.link_class, info.hosts_spanned
 
         return lookup
 
@@ -186,14 +187,14 @@ class Planner:
         return lookup
 
     def signature(self, prog: Program, layout: ParallelLayout) -> tuple:
-        """What a Program's estimate depends on besides the Program: each axis's group size
-        and link class, and a pipeline's link per stage pair (two placements with the same
-        overall class may cross nodes between different stages)."""
+        """What a Program's estimate depends on besides the Program: each axis's group size,
+        link class and hosts spanned, and a pipeline's link per stage pair (two placements with
+        the same overall class may cross nodes between different stages)."""
         out = []
         for a in dict.fromkeys(prog.axes()):
             info = self.info(layout, a)
             links = stage_links(layout, a, self.req.gpus_per_node) if a == "pp" else ()
-            out.append((a, info.size, info.link_class, links))
+            out.append((a, info.size, info.link_class, info.hosts_spanned, links))
         return tuple(out)
 
     def price(self, prog: Program, layout: ParallelLayout) -> ProgramEstimate:
