@@ -136,6 +136,9 @@ def measured_record(
     hosts_spanned: int | None = None,
     count: int | None = None,
     groups: int | None = None,
+    algorithm: str | None = None,
+    protocol: str | None = None,
+    forced: list[str] | None = None,
 ) -> dict:
     """A record with the fields `commbench run` writes; what the tool does not measure is null."""
     size = dtype_size(dtype)
@@ -166,6 +169,9 @@ def measured_record(
         backend=backend,
         label=f"{tool} {op}",
         source=ImportSource(tool=tool, file=str(path), line=line, columns=columns),
+        algorithm=algorithm,
+        protocol=protocol,
+        forced=forced or None,
     ).to_json()
 
 

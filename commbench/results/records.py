@@ -367,6 +367,10 @@ class ImportedRecord(JsonRecord):
     """A row of another tool's log (nccl-tests, OSU, IMB) with the fields `commbench run`
     writes; what the tool does not measure is null."""
 
+    # the NCCL regime, where the log says it (not written when None: logs that do not, and
+    # records imported before it was kept)
+    OMIT_NONE = ("algorithm", "protocol", "forced")
+
     kind: Literal["collective"] = "collective"
     op: str
     dtype: str
@@ -396,3 +400,10 @@ class ImportedRecord(JsonRecord):
     backend: str
     label: str
     source: ImportSource
+    # NCCL's algorithm and protocol at this size (nccl_names spelling: RING, LL128), from a
+    # `NCCL_DEBUG_SUBSYS=TUNING` line for the size or an NCCL_ALGO / NCCL_PROTO that pins one
+    algorithm: str | None = None
+    protocol: str | None = None
+    # which of them the run's NCCL_ALGO / NCCL_PROTO pinned ("algorithm", "protocol"): a
+    # measurement condition the fitter keys series by; absent where NCCL chose
+    forced: list[str] | None = None
