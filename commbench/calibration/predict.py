@@ -31,6 +31,7 @@ from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
+from commbench.nccl_names import canonical, label
 from commbench.ops import OPS, canonical_op
 from commbench.sizes import format_size
 
@@ -71,6 +72,42 @@ def _prefer(cands: list[SeriesModel]) -> list[SeriesModel]:
             _rank(s.key.buffers, BUFFERS_PREFERENCE),
         ),
     )
+
+
+def _regime(
+    cands: list[SeriesModel], algorithm: str | None, protocol: str | None, want: str, source: str
+) -> tuple[list[SeriesModel], list[str]]:
+    """The candidates of the NCCL regime asked for, and notes. Unasked (None), NCCL's own
+    choice: the series whose runs pinned nothing, else, where every run pinned one and the
+    same regime, that one (said in a note); runs of several pinned regimes and none of NCCL's
+    choice are a UsageError asking which. Asked (a name, or "" for NCCL's choice), the series
+    of that algorithm / protocol; a field not asked prefers NCCL's choice, and where only
+    several pinned values are left, a UsageError asks which."""
+    asked = {"algorithm": algorithm, "protocol": protocol}
+    out = [s for s in cands if all(v is None or getattr(s.key, k) == v for k, v in asked.items())]
+    regimes = sorted({s.key.regime or "NCCL's choice" for s in cands})
+    if cands and not out:
+        what = label(algorithm or "", protocol or "") or "NCCL's own choice"
+        raise UsageError(
+            f"{want}: not measured under {what} in {source} (its series ran: {', '.join(regimes)})"
+        )
+    notes: list[str] = []
+    for k, v in asked.items():
+        if v is not None:
+            continue
+        mine = [s for s in out if not getattr(s.key, k)]
+        if mine:
+            out = mine
+            continue
+        values = sorted({getattr(s.key, k) for s in out})
+        if len(values) > 1:
+            raise UsageError(
+                f"{want}: {source} has it only under pinned NCCL {k}s ({', '.join(values)}), "
+                f"none of NCCL's own choice: pass {k}="
+            )
+        if values:
+            notes.append(f"measured only with NCCL's {k} pinned to {values[0]}: priced as that")
+    return out, notes
 
 
 class Calibration:
@@ -150,11 +187,14 @@ class Calibration:
         extrapolate: bool = False,
         timing: str | None = None,
         placement: str | None = None,
+        algorithm: str | None = None,
+        protocol: str | None = None,
     ) -> float:
         """Seconds for one `op` of S = nbytes on a group of group_size over link_class."""
         return self.explain(
-            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement
-        ).seconds
+            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement,
+            algorithm=algorithm, protocol=protocol,
+        ).seconds  # fmt: skip
 
     def explain(
         self,
@@ -168,12 +208,20 @@ class Calibration:
         timing: str | None = None,
         placement: str | None = None,
         nodes: int | None = None,
+        algorithm: str | None = None,
+        protocol: str | None = None,
     ) -> Prediction:
         """predict() with the method used (see the module docstring for the rule) and how far
-        it reached (`nodes`: the hosts one group spans, compared with those measured)."""
+        it reached (`nodes`: the hosts one group spans, compared with those measured).
+        `algorithm` / `protocol`: the NCCL regime (RING, LL128; any NCCL spelling) whose pinned
+        series to use; None: NCCL's own choice (see _regime)."""
+        regime = {
+            k: v if v in (None, "") else canonical(k, v, f"{k}=")
+            for k, v in (("algorithm", algorithm), ("protocol", protocol))
+        }
         got = self._explain(
             op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement,
-            nodes,
+            nodes, regime["algorithm"], regime["protocol"],
         )  # fmt: skip
         s = self._by_key.get(got.series) if got.series is not None else None
         if s is not None:
@@ -205,6 +253,8 @@ class Calibration:
         timing: str | None,
         placement: str | None,
         nodes: int | None = None,
+        algorithm: str | None = None,
+        protocol: str | None = None,
     ) -> Prediction:
         op = canonical_op(op)
         if op not in OPS:
@@ -237,6 +287,17 @@ class Calibration:
             on_link = [s for s in on_link if s.key.timing == timing]
         if placement is not None:
             on_link = [s for s in on_link if s.key.placement == placement]
+        on_link, notes = _regime(on_link, algorithm, protocol, want, self.source)
+        got = self._pick(op, nbytes, group_size, link_class, dtype, backend, extrapolate,
+                         on_link, want, ops, nodes)  # fmt: skip
+        got.notes[:0] = notes
+        return got
+
+    def _pick(
+        self, op, nbytes, group_size, link_class, dtype, backend, extrapolate, on_link, want,
+        ops, nodes,
+    ) -> Prediction:  # fmt: skip
+        """_explain's choice among the candidate series (one op, link, backend, regime)."""
         same_p = [s for s in on_link if s.key.group_size == group_size]
         if dtype is None:
             dtypes = sorted({s.key.dtype for s in same_p})

@@ -136,9 +136,16 @@ def fit_collected(
 
 
 def link_points(outcomes: list[SeriesOutcome]) -> list[LinkPoints]:
-    """(key, bytes, seconds, weights, segments) of every fitted series, for the link table."""
+    """(key, bytes, seconds, weights, segments) of every fitted series, for the link table.
+    The link table models the library's own algorithm choice: a series whose run pinned an
+    NCCL algorithm or protocol joins it only on a link (backend, link class, timing) where
+    no run let NCCL choose, else its curve would be blended into NCCL's."""
     out: list[LinkPoints] = []
+    chose = {(k.backend, k.link_class, k.timing) for o in outcomes if not (k := o.data.key).regime}
     for o in outcomes:
+        k = o.data.key
+        if k.regime and (k.backend, k.link_class, k.timing) in chose:
+            continue
         x, t = o.data.arrays()
         out.append((o.data.key, x, t, o.fit.weights, o.fit.segments))
     return out

@@ -1,7 +1,8 @@
 """From run directories to fit series: which records are used, which are left out and why.
 
 A series is (backend, op, link class, group size, dtype, timing mode, placement, buffers:
-hugepage or plain pages, warm or off-cache, which differ 2x at 64 KiB and up). Records of
+hugepage or plain pages, warm or off-cache, which differ 2x at 64 KiB and up, and the NCCL
+algorithm / protocol its run pinned: an import's NCCL_ALGO=Ring is a curve of its own). Records of
 kind `collective` (commbench run, commbench import) must carry what the fitter needs. Suite
 records are used when they carry op/bytes/group_size/link_class/time_us for a primitive op:
 a `step` record's bytes and time_us are the op the runner really measured (its `scale` and
@@ -29,6 +30,7 @@ from commbench.calibration.series_key import (
     DEFAULT_PLACEMENT,
     DEFAULT_TIMING,
     KEY_FIELDS,
+    REGIME_FIELDS,
     SeriesKey,
 )
 from commbench.dtypes import canonical_dtype_name
@@ -39,8 +41,9 @@ from commbench.results.rundir import RECORDS, Run, read_run
 USED_KINDS = ("collective", "step", "point")
 # fields a `collective` record must carry for the fitter, beyond records.REQUIRED_FIELDS
 FIT_FIELDS = ("link_class", "wrong", "timing")
-# the record fields a series key is made of (with kind, which decides whether it is used)
-_RAW_KEY = ("kind", *KEY_FIELDS)
+# the record fields a series key is made of (with kind, which decides whether it is used);
+# the regime comes from algorithm / protocol where `forced` names them (regime_of)
+_RAW_KEY = ("kind", *(k for k in KEY_FIELDS if k not in REGIME_FIELDS))
 # the longest a point may run (--timeout's bound, commands/common.MAX_TIMEOUT_S): a time over
 # it was not measured (a corrupt or hand-edited line) and would become a knot of its series
 MAX_TIME_S = 1e6
@@ -99,6 +102,22 @@ def _int_field(rec: dict, name: str, where: str, minimum: int) -> int:
     return int(v)
 
 
+def regime_of(rec: dict, where: str) -> tuple[str, str]:
+    """The (algorithm, protocol) a record's series is keyed by: those its run pinned (`forced`,
+    an import's NCCL_ALGO / NCCL_PROTO), "" for what NCCL chose, however well the log says
+    what that was: NCCL's choice is one curve, cut into regimes by size, not several."""
+    forced = rec.get("forced") or ()
+    if not isinstance(forced, (list, tuple)) or not set(forced) <= set(REGIME_FIELDS):
+        raise UsageError(f"{where}: field forced must list algorithm/protocol, got {forced!r}")
+    out = []
+    for name in REGIME_FIELDS:
+        value = rec.get(name) if name in forced else ""
+        if not isinstance(value, str) or (name in forced and not value):
+            raise UsageError(f"{where}: field {name} is forced but {value!r}")
+        out.append(value)
+    return out[0], out[1]
+
+
 def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
     """The record's series key, or None and why it is not used. Malformed records raise."""
     kind = rec.get("kind")
@@ -122,6 +141,8 @@ def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
         timing=str(rec.get("timing") or DEFAULT_TIMING),
         placement=str(rec.get("placement") or DEFAULT_PLACEMENT),
         buffers=str(rec.get("buffers") or DEFAULT_BUFFERS),
+        algorithm=(regime := regime_of(rec, where))[0],
+        protocol=regime[1],
     )
     return key, ""
 
@@ -222,7 +243,12 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
             kind = rec.get("kind")
             if kind == "collective" and not all(k in rec for k in FIT_FIELDS):
                 _classify(rec, where(idx))  # raises, naming the missing fields
-            raw = tuple(rec.get(k) for k in _RAW_KEY)
+            forced = rec.get("forced")
+            raw = (
+                *(rec.get(k) for k in _RAW_KEY),
+                *(rec.get(k) for k in REGIME_FIELDS),
+                tuple(forced) if isinstance(forced, list) else forced,
+            )
             try:
                 key, why = cache[raw]
             except KeyError:
