@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from commbench.nccl_names import label as regime_label
 from commbench.sizes import format_size
 
 Format = str | Callable[[Any], str]
@@ -103,10 +104,13 @@ SERIES = TableSpec(
 
 def series_rows(series: list[dict]) -> list[list]:
     """One SERIES row per segment of a calibration's series; an in-place series' op reads
-    `op(in)`. Fields only a measured fit has (errors, intervals) read "-" when absent."""
+    `op(in)`, one of a pinned NCCL regime `op RING/SIMPLE`. Fields only a measured fit has
+    (errors, intervals) read "-" when absent."""
     rows = []
     for row in series:
         op = row["op"] + ("" if row["placement"] == "out-of-place" else "(in)")
+        regime = regime_label(row.get("algorithm", ""), row.get("protocol", ""))
+        op += f" {regime}" if regime else ""
         for k, s in enumerate(row["segments"]):
             ci = s.get("alpha_ci95")
             rows.append(

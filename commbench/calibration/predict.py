@@ -142,6 +142,17 @@ class Calibration:
             for s in sorted(self.series, key=lambda s: s.key)
         ]
 
+    def regimes(self, op: str, link_class: str) -> set[tuple[str, str]]:
+        """The (algorithm, protocol) keys of the series of `op` (or what prices it) on
+        link_class: ("", "") is NCCL's own choice."""
+        op = canonical_op(op)
+        ops = [op, *OPS[op].priced_from] if op in OPS else [op]
+        return {
+            (s.key.algorithm, s.key.protocol)
+            for s in self.series
+            if s.key.op in ops and s.key.link_class == link_class
+        }
+
     @property
     def ops(self) -> list[str]:
         return sorted({s.key.op for s in self.series})

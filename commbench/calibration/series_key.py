@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from commbench.errors import UsageError
 from commbench.nccl_names import label as regime_label
 
 KEY_FIELDS = (
@@ -66,3 +67,19 @@ class SeriesKey:
             f"{self.op} p={self.group_size} {self.link_class} {self.dtype} {self.backend} "
             f"{self.timing}{extra}"
         )
+
+
+def regime_of(rec: dict, where: str) -> tuple[str, str]:
+    """The (algorithm, protocol) a record's series is keyed by: those its run pinned (`forced`,
+    an import's NCCL_ALGO / NCCL_PROTO), "" for what NCCL chose, however well the log says
+    what that was: NCCL's choice is one curve, cut into regimes by size, not several."""
+    forced = rec.get("forced") or ()
+    if not isinstance(forced, (list, tuple)) or not all(f in REGIME_FIELDS for f in forced):
+        raise UsageError(f"{where}: field forced must list algorithm/protocol, got {forced!r}")
+    out = []
+    for name in REGIME_FIELDS:
+        value = rec.get(name) if name in forced else ""
+        if not isinstance(value, str) or (name in forced and not value):
+            raise UsageError(f"{where}: field {name} is forced but {value!r}")
+        out.append(value)
+    return out[0], out[1]

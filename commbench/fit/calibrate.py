@@ -184,6 +184,17 @@ def build_doc(
                 "they share the link class here, so measure them on hosts where they do not "
                 "(or --ranks-per-node), or fit one placement"
             )
+    pinned: dict[tuple, set[str]] = {}  # link -> regimes, where no run let NCCL choose
+    for o in outcomes:
+        k = o.data.key
+        pinned.setdefault((k.backend, k.link_class, k.timing), set()).add(k.regime)
+    for (backend, link, timing), regimes in sorted(pinned.items()):
+        if "" not in regimes and len(regimes) > 1:
+            notes.append(
+                f"link {backend}/{link}/{timing}: every run pinned an NCCL regime "
+                f"({', '.join(sorted(regimes))}) and none let NCCL choose: its link table "
+                "blends them (the series keep them apart)"
+            )
     for r in collected.runs:
         for o in r.get("oversubscribed") or ():
             notes.append(

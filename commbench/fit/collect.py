@@ -32,6 +32,7 @@ from commbench.calibration.series_key import (
     KEY_FIELDS,
     REGIME_FIELDS,
     SeriesKey,
+    regime_of,
 )
 from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
@@ -100,22 +101,6 @@ def _int_field(rec: dict, name: str, where: str, minimum: int) -> int:
             f"{where}: field {name} must be an integer >= {minimum}, got {v!r}"
         ) from None
     return int(v)
-
-
-def regime_of(rec: dict, where: str) -> tuple[str, str]:
-    """The (algorithm, protocol) a record's series is keyed by: those its run pinned (`forced`,
-    an import's NCCL_ALGO / NCCL_PROTO), "" for what NCCL chose, however well the log says
-    what that was: NCCL's choice is one curve, cut into regimes by size, not several."""
-    forced = rec.get("forced") or ()
-    if not isinstance(forced, (list, tuple)) or not set(forced) <= set(REGIME_FIELDS):
-        raise UsageError(f"{where}: field forced must list algorithm/protocol, got {forced!r}")
-    out = []
-    for name in REGIME_FIELDS:
-        value = rec.get(name) if name in forced else ""
-        if not isinstance(value, str) or (name in forced and not value):
-            raise UsageError(f"{where}: field {name} is forced but {value!r}")
-        out.append(value)
-    return out[0], out[1]
 
 
 def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
