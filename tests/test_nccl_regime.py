@@ -8,6 +8,7 @@ alpha and bus bandwidth."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -33,9 +34,11 @@ def perf_log(
     busbw_GBps: float = 100.0,
     info: tuple[str, ...] = (),
     tuning: dict[int, str] | None = None,
+    curve: Callable[[int], float] | None = None,
 ) -> str:
     """An nccl-tests log of one node: `info` NCCL INFO lines after the rank lines (settings),
-    `tuning` the NCCL INFO text printed before each size's row (what NCCL's enqueue says)."""
+    `tuning` the NCCL INFO text printed before each size's row (what NCCL's enqueue says);
+    `curve` the time in us of S (default alpha + S x bus factor / busbw)."""
     factor = 2 * (ranks - 1) / ranks if binary == "all_reduce_perf" else (ranks - 1) / ranks
     lines = [
         f"+ mpirun -np {ranks} ./build/{binary} -b 1K -e 2M -f 2 -g 1",
@@ -61,7 +64,7 @@ def perf_log(
     for s in SIZES:
         if tuning and s in tuning:
             lines.append(f"{HOST} {tuning[s]}")
-        t = alpha_us + s * factor / (busbw_GBps * 1e3)
+        t = curve(s) if curve else alpha_us + s * factor / (busbw_GBps * 1e3)
         algbw = s / t / 1e3
         cell = f"  {t:8.2f}  {algbw:6.2f}  {algbw * factor:6.2f}      0"
         lines.append(f"{s:12d}  {s // 4:12d}     float     sum      -1{cell}{cell}")
@@ -321,6 +324,67 @@ def test_nccl_s_own_choice_is_preferred_and_kept_out_of_reach_of_pinned_runs(tmp
     assert {(r["run_id"], r["regime"]) for r in rows} == {("chose", ""), ("tree", "TREE/LL")}
     # the settings differ only in what the fitter keeps apart: no warning of a blend
     assert not [n for n in doc["notes"] if "different settings" in n]
+
+
+# NCCL's own choice at 4 ranks as its tuning lines say it: LL up to 16 KiB, LL128 to 256 KiB,
+# Simple above, each with its own latency and bandwidth (us, bus GB/s); LL and LL128 close
+# enough that the BIC alone takes them for one line (7% off at its worst)
+CHOICE = {"LL": (5.0, 10.0), "LL128": (6.0, 11.0), "SIMPLE": (30.0, 120.0)}
+
+
+def chose(s: int) -> str:
+    return "LL" if s <= 16 << 10 else "LL128" if s <= 256 << 10 else "SIMPLE"
+
+
+def choice_us(s: int) -> float:
+    alpha, busbw = CHOICE[chose(s)]
+    return alpha + s * 1.5 / (busbw * 1e3)
+
+
+def test_segments_follow_the_regimes_the_tuning_lines_name(tmp_path):
+    """Fit per observed regime: NCCL's choice stays one series (a tuning line pins nothing),
+    its segments cut where the log says the protocol switched, each labelled with it."""
+    tuning = {
+        s: f"AllReduce: {s} Bytes -> Algo RING proto {chose(s)} channel{{Lo..Hi}}={{0..1}}"
+        for s in SIZES
+    }
+    doc, cal = fitted(tmp_path, {"chose": perf_log(tuning=tuning, curve=choice_us)})
+    (series,) = [s for s in doc["series"] if s["placement"] == "out-of-place"]
+    assert "algorithm" not in series and "protocol" not in series
+    segs = [(g["bytes_min"], g["bytes_max"], g.get("regime")) for g in series["segments"]]
+    assert segs == [
+        (1024, 16 << 10, "RING/LL"),
+        (32 << 10, 256 << 10, "RING/LL128"),
+        (512 << 10, 2 << 20, "RING/SIMPLE"),
+    ]
+    for s in (4096, 128 << 10, 1 << 20):
+        assert cal.predict("allreduce", s, 4, "intra") * 1e6 == pytest.approx(choice_us(s), 0.01)
+    assert max(g["max_rel_err"] for g in series["segments"]) < 0.005
+    # the same curve without its tuning lines: the segments the BIC finds fit it worse
+    (tmp_path / "bare").mkdir()
+    bare, _ = fitted(tmp_path / "bare", {"bare": perf_log(curve=choice_us)})
+    (plain,) = [s for s in bare["series"] if s["placement"] == "out-of-place"]
+    assert not any("regime" in g for g in plain["segments"])
+    assert max(g["max_rel_err"] for g in plain["segments"]) > 0.02
+
+
+def test_a_regime_too_short_for_a_segment_cuts_nothing(tmp_path):
+    """Two sizes of LL128 between LL and Simple: no segment of their own (min_sizes 3), so no
+    cut either side; the BIC places the segments as without tuning lines."""
+    mid = {64 << 10, 128 << 10}
+    tuning = {
+        s: f"AllReduce: {s} Bytes -> Algo RING proto "
+        + ("LL128" if s in mid else "LL" if s < 64 << 10 else "SIMPLE")
+        + " channel{Lo..Hi}={0..1}"
+        for s in SIZES
+    }
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with_lines, _ = fitted(tmp_path / "a", {"a": perf_log(tuning=tuning, curve=choice_us)})
+    without, _ = fitted(tmp_path / "b", {"b": perf_log(curve=choice_us)})
+    cut = [[(g["bytes_min"], g["bytes_max"]) for g in s["segments"]] for s in with_lines["series"]]
+    free = [[(g["bytes_min"], g["bytes_max"]) for g in s["segments"]] for s in without["series"]]
+    assert cut == free
 
 
 def test_one_pinned_regime_alone_is_used_with_a_note(tmp_path):

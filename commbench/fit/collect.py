@@ -36,6 +36,7 @@ from commbench.calibration.series_key import (
 )
 from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
+from commbench.nccl_names import label as regime_label
 from commbench.ops import OPS, canonical_op
 from commbench.results.rundir import RECORDS, Run, read_run
 
@@ -63,9 +64,26 @@ class SeriesData:
     shapes: set[tuple[int, int]] = field(default_factory=set)  # (nodes, ranks per node) seen
     run_of: list[str] = field(default_factory=list)  # each point's run id
     stride_of: list[int] = field(default_factory=list)  # each point's group stride (1: contiguous)
+    # each point's NCCL regime as its record says it ran (`RING/LL`, a tuning line's), "" unsaid
+    regime_at: list[str] = field(default_factory=list)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.x, dtype=float), np.asarray(self.t, dtype=float)
+
+    def regime_runs(self) -> list[tuple[str, list[float]]]:
+        """(regime, sizes) of each run of adjacent sizes whose points all say they ran in one
+        NCCL regime (regime "" where they say none, or several), in ascending size."""
+        by: dict[float, set[str]] = {}
+        for x, r in zip(self.x, self.regime_at):
+            by.setdefault(x, set()).add(r)
+        runs: list[tuple[str, list[float]]] = []
+        for x in sorted(by):
+            mine = next(iter(by[x])) if len(by[x]) == 1 else ""
+            if runs and runs[-1][0] == mine:
+                runs[-1][1].append(x)
+            else:
+                runs.append((mine, [x]))
+        return runs
 
     @property
     def distinct_sizes(self) -> int:
@@ -281,6 +299,9 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
             stride = rec.get("stride")
             data.stride_of.append(stride if type(stride) is int else 1)
             data.runs.add(data.run_of[-1])
+            ran = (rec.get("algorithm"), rec.get("protocol"))
+            ok = all(isinstance(v, str) and v for v in ran)
+            data.regime_at.append(regime_label(*ran) if ok else "")  # type: ignore[arg-type]
             nodes = group_nodes(rec, key.link_class)
             if nodes is not None:
                 data.shapes.add((nodes, -(-key.group_size // nodes)))
