@@ -14,6 +14,7 @@ import pytest
 
 from commbench import calibration, cli
 from commbench.calibration import op_accuracy
+from commbench.calibration.choice import asked_regime, regimes_of
 from commbench.calibration.series_key import SeriesKey
 from commbench.errors import UsageError
 from commbench.fit import calibrate
@@ -403,12 +404,12 @@ def test_a_trace_op_is_priced_under_the_series_of_its_kernel_s_regime(tmp_path):
             "tree": perf_log(info=TREE, alpha_us=6.0, busbw_GBps=20.0),
         },
     )
-    have = cal.regimes("allreduce", "intra")
+    have = regimes_of(cal.series, "allreduce", "intra")
     assert have == {("RING", "SIMPLE"), ("TREE", "LL")}
     kernel = {"kind": "trace", "algorithm": "TREE", "protocol": "LL"}
-    assert op_accuracy.asked_regime(kernel, have, "t") == ("TREE", "LL")
+    assert asked_regime(kernel, have, "t") == ("TREE", "LL")
     other = {"kind": "trace", "algorithm": "RING", "protocol": "LL128"}
-    assert op_accuracy.asked_regime(other, have, "t") == (None, None)
+    assert asked_regime(other, have, "t") == (None, None)
 
 
 # ---- calibrations and records from before ---------------------------------------------------

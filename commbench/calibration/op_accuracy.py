@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
+from commbench.calibration.choice import asked_regime, regimes_of
 from commbench.calibration.predict import Calibration
 from commbench.calibration.reach import group_nodes
-from commbench.calibration.series_key import regime_of
 from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
 from commbench.ops import OPS, canonical_op
@@ -33,20 +33,6 @@ ROW_KEYS = (
     "placement", "regime", "bytes", "measured_s", "predicted_s", "rel_error", "abs_error",
     "method", "extrapolated", "reach", "band", "band_terms", "status", "why",
 )  # fmt: skip
-
-
-def asked_regime(rec: dict, have: set[tuple[str, str]], where: str) -> tuple[str | None, ...]:
-    """The NCCL regime to price a record under, given the calibration's regimes `have` of its
-    op and link: the one it ran in (a trace's kernel, an import's tuning line) where a series
-    pinned exactly that, else the one its run pinned (`forced`) where a series has it, else
-    (None, None): NCCL's own choice (predict's default)."""
-    ran = (rec.get("algorithm"), rec.get("protocol"))
-    if all(isinstance(v, str) and v for v in ran) and ran in have:
-        return ran
-    mine = regime_of(rec, where)
-    if any(mine) and mine in have:
-        return mine
-    return (None, None)
 
 
 def op_records(run: Run, left_out: Counter | None = None) -> list[dict]:
@@ -121,7 +107,9 @@ def compare(
                 status="not predicted",
             )
             try:
-                algorithm, protocol = asked_regime(rec, cal.regimes(op, link), str(run.path))
+                algorithm, protocol = asked_regime(
+                    rec, regimes_of(cal.series, op, link), str(run.path)
+                )
                 got = cal.explain(
                     op,
                     nbytes,

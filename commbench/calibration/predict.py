@@ -24,6 +24,12 @@ from dataclasses import asdict, dataclass, field
 
 from commbench.calibration.algorithms import LIBRARIES, switched
 from commbench.calibration.band import Priors
+from commbench.calibration.choice import (
+    TIMING_PREFERENCE,
+    choose_regime,
+    prefer,
+    spelled,
+)
 from commbench.calibration.costmodels import MODELLED_OPS
 from commbench.calibration.hierarchy import Scaled, series_to_nodes
 from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model, segment_for
@@ -31,13 +37,8 @@ from commbench.calibration.reach import Reach, bytes_factor
 from commbench.calibration.series_key import SeriesKey
 from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
-from commbench.nccl_names import canonical, label
 from commbench.ops import OPS, canonical_op
 from commbench.sizes import format_size
-
-TIMING_PREFERENCE = ("per-iteration", "pipelined")
-PLACEMENT_PREFERENCE = ("out-of-place", "in-place")
-BUFFERS_PREFERENCE = ("hugepage", "plain", "torch")  # warm before off-cache (listed after)
 
 
 @dataclass(kw_only=True)
@@ -54,60 +55,6 @@ class Prediction:
     reach: Reach = field(default_factory=Reach)  # how far beyond the measurements it went
     band: tuple[float, float] | None = None  # seconds: where the truth should lie (band.py)
     band_terms: dict | None = None  # what band is made of (band.BandTerms), to rescore priors
-
-
-def _rank(value: str, order: tuple) -> tuple:
-    return (order.index(value) if value in order else len(order), value)
-
-
-def _prefer(cands: list[SeriesModel]) -> list[SeriesModel]:
-    """Candidates sorted best first: per-iteration before pipelined timing, out-of-place
-    before in-place placement, warm default buffers before plain or off-cache ones, then by
-    name (so the choice is deterministic)."""
-    return sorted(
-        cands,
-        key=lambda s: (
-            _rank(s.key.timing, TIMING_PREFERENCE),
-            _rank(s.key.placement, PLACEMENT_PREFERENCE),
-            _rank(s.key.buffers, BUFFERS_PREFERENCE),
-        ),
-    )
-
-
-def _regime(
-    cands: list[SeriesModel], algorithm: str | None, protocol: str | None, want: str, source: str
-) -> tuple[list[SeriesModel], list[str]]:
-    """The candidates of the NCCL regime asked for, and notes. Unasked (None), NCCL's own
-    choice: the series whose runs pinned nothing, else, where every run pinned one and the
-    same regime, that one (said in a note); runs of several pinned regimes and none of NCCL's
-    choice are a UsageError asking which. Asked (a name, or "" for NCCL's choice), the series
-    of that algorithm / protocol; a field not asked prefers NCCL's choice, and where only
-    several pinned values are left, a UsageError asks which."""
-    asked = {"algorithm": algorithm, "protocol": protocol}
-    out = [s for s in cands if all(v is None or getattr(s.key, k) == v for k, v in asked.items())]
-    regimes = sorted({s.key.regime or "NCCL's choice" for s in cands})
-    if cands and not out:
-        what = label(algorithm or "", protocol or "") or "NCCL's own choice"
-        raise UsageError(
-            f"{want}: not measured under {what} in {source} (its series ran: {', '.join(regimes)})"
-        )
-    notes: list[str] = []
-    for k, v in asked.items():
-        if v is not None:
-            continue
-        mine = [s for s in out if not getattr(s.key, k)]
-        if mine:
-            out = mine
-            continue
-        values = sorted({getattr(s.key, k) for s in out})
-        if len(values) > 1:
-            raise UsageError(
-                f"{want}: {source} has it only under pinned NCCL {k}s ({', '.join(values)}), "
-                f"none of NCCL's own choice: pass {k}="
-            )
-        if values:
-            notes.append(f"measured only with NCCL's {k} pinned to {values[0]}: priced as that")
-    return out, notes
 
 
 class Calibration:
@@ -141,17 +88,6 @@ class Calibration:
             {**s.key.as_dict(), "bytes_min": s.bytes_min, "bytes_max": s.bytes_max}
             for s in sorted(self.series, key=lambda s: s.key)
         ]
-
-    def regimes(self, op: str, link_class: str) -> set[tuple[str, str]]:
-        """The (algorithm, protocol) keys of the series of `op` (or what prices it) on
-        link_class: ("", "") is NCCL's own choice."""
-        op = canonical_op(op)
-        ops = [op, *OPS[op].priced_from] if op in OPS else [op]
-        return {
-            (s.key.algorithm, s.key.protocol)
-            for s in self.series
-            if s.key.op in ops and s.key.link_class == link_class
-        }
 
     @property
     def ops(self) -> list[str]:
@@ -225,14 +161,10 @@ class Calibration:
         """predict() with the method used (see the module docstring for the rule) and how far
         it reached (`nodes`: the hosts one group spans, compared with those measured).
         `algorithm` / `protocol`: the NCCL regime (RING, LL128; any NCCL spelling) whose pinned
-        series to use; None: NCCL's own choice (see _regime)."""
-        regime = {
-            k: v if v in (None, "") else canonical(k, v, f"{k}=")
-            for k, v in (("algorithm", algorithm), ("protocol", protocol))
-        }
+        series to use; None: NCCL's own choice (see choice.choose_regime)."""
         got = self._explain(
             op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement,
-            nodes, regime["algorithm"], regime["protocol"],
+            nodes, *spelled(algorithm, protocol),
         )  # fmt: skip
         s = self._by_key.get(got.series) if got.series is not None else None
         if s is not None:
@@ -298,7 +230,7 @@ class Calibration:
             on_link = [s for s in on_link if s.key.timing == timing]
         if placement is not None:
             on_link = [s for s in on_link if s.key.placement == placement]
-        on_link, notes = _regime(on_link, algorithm, protocol, want, self.source)
+        on_link, notes = choose_regime(on_link, algorithm, protocol, want, self.source)
         got = self._pick(op, nbytes, group_size, link_class, dtype, backend, extrapolate,
                          on_link, want, ops, nodes)  # fmt: skip
         got.notes[:0] = notes
@@ -317,7 +249,7 @@ class Calibration:
                     f"{want}: {self.source} has it in several dtypes ({', '.join(dtypes)}): "
                     "pass dtype="
                 )
-        exact = _prefer([s for s in same_p if dtype is None or s.key.dtype == dtype])
+        exact = prefer([s for s in same_p if dtype is None or s.key.dtype == dtype])
         if exact:
             s = exact[0]
             if s.covers(nbytes):
@@ -383,7 +315,7 @@ class Calibration:
         self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
     ) -> Prediction:
         kind = self.kind
-        same_p = _prefer([s for s in on_link if s.key.group_size == p])
+        same_p = prefer([s for s in on_link if s.key.group_size == p])
         if same_p:  # (2) another dtype, same element size first
             size = DTYPE_SIZES.get(dtype or "", 0)
             s = min(same_p, key=lambda s: DTYPE_SIZES.get(s.key.dtype, -1) != size)
@@ -400,7 +332,7 @@ class Calibration:
                 f"{want}: no algorithm model prices {op}, so it cannot be extrapolated"
             )
         if on_link:  # (3) scale the nearest measured group size by the link model
-            pref = _prefer([s for s in on_link if dtype is None or s.key.dtype == dtype] or on_link)
+            pref = prefer([s for s in on_link if dtype is None or s.key.dtype == dtype] or on_link)
             q = min(
                 {s.key.group_size for s in pref},
                 key=lambda g: (abs(math.log2(g) - math.log2(p)), -g),

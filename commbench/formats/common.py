@@ -16,7 +16,7 @@ from commbench.errors import UsageError
 from commbench.formats.log_problems import Problems
 from commbench.limits import MAX_DIGITS, shown
 from commbench.ops import SWEEP_OPS, bus_factor, canonical_op
-from commbench.results.records import ImportedRecord, ImportSource
+from commbench.results.importrecords import ImportedRecord, ImportSource
 
 # MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names
 MPI_DTYPES = {

@@ -30,7 +30,7 @@ from commbench.formats.common import (
     time_cell,
 )
 from commbench.formats.log_problems import LAUNCHER_FAILURES, NCCL_TESTS_FAILURES
-from commbench.nccl_names import NCCL_FUNCS, canonical, pinned
+from commbench.formats.nccl_tuning import TUNING, regimes
 from commbench.ops import OPS, bus_factor, canonical_op
 
 TOOL = "nccl-tests"
@@ -67,12 +67,6 @@ _VERSION = re.compile(r"NCCL version (\S+)")
 _MENTION = re.compile(r"^#.*?\bNCCL (\d+\.\d+(?:\.[0-9x]+)?)")
 _LIBRARY = re.compile(r"\bnccl-library=(\d{4,6})\b")  # nccl-tests >= 2.13: 22902 = 2.29.2
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)")
-# NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=TUNING (src/enqueue.cc, rank 0 of each communicator):
-# 2.24+ `AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}` (the bytes
-# of one rank's count: S / p for all-gather, reduce-scatter, all-to-all); 2.20-2.23
-# `[AllReduce: ]1048576 Bytes -> Algo 1 proto 1 time 25.1` (numbers; the bytes are S)
-_TUNING = re.compile(r"(?:\b([A-Za-z]+): )?(\d+) Bytes -> Algo (\S+) proto (\S+)")
-PER_RANK_COUNT = ("allgather", "reduce_scatter", "alltoall")
 # `NCCL_X=v` / `FI_X=v` written on a comment or command line (a job script echoed in the log)
 _ENV_STATED = re.compile(r"(?<![A-Za-z0-9_])((?:NCCL|FI)_[A-Z0-9_]+)=('[^']*'|\S+)")
 TYPES = {
@@ -152,7 +146,7 @@ class _Section:
         self.header: list[str] | None = None
         self.placements: list[str] = ["out-of-place", "in-place"]
         self.rows: list[tuple[int, list[str]]] = []
-        self.tuning: list[tuple[int, re.Match]] = []  # (line, _TUNING match)
+        self.tuning: list[tuple[int, re.Match]] = []  # (line, nccl_tuning.TUNING match)
 
 
 def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict, dict]:
@@ -162,12 +156,12 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict,
     meta: dict = {"env": {}}
     stated: dict[str, str] = {}
     env_lines: dict[str, int] = {}
-    early_tuning: list[tuple[int, re.Match]] = []  # before any section: the next one's
     cur: _Section | None = None
     for n, line in enumerate(lines, 1):
         s = line.strip()
-        if m := _TUNING.search(s):
-            (early_tuning if cur is None else cur.tuning).append((n, m))
+        if m := TUNING.search(s):  # NCCL prints them once it runs: inside a section
+            if cur is not None:
+                cur.tuning.append((n, m))
             continue
         if m := _VERSION.search(s):
             meta.setdefault("nccl_version", m.group(1))
@@ -181,16 +175,14 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict,
             env_lines[m.group(1)] = n
         elif (s.startswith("#") or _BINARY.search(s)) and not s[:1].isdigit():
             for key, value in _ENV_STATED.findall(s):
-                if key not in stated:
-                    stated[key] = value.strip("'")
-                    env_lines.setdefault(key, n)
+                stated.setdefault(key, value.strip("'"))
+                env_lines.setdefault(key, n)
         if not s.startswith("#") and (m := _BINARY.search(s)) and not s[:1].isdigit():
             pending_binary = m.group(1)
             meta.setdefault("command", s)
             continue
         if m := _NTHREAD.match(s):
             cur = _Section(n, pending_binary)
-            cur.tuning, early_tuning = early_tuning, []
             pending_binary = None
             sections.append(cur)
             cur.warmup, cur.iters = int(m.group(3)), int(m.group(4))
@@ -198,7 +190,6 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict,
             continue
         if cur is None and (_HEADER.match(s) or _RANK.match(s)):
             cur = _Section(n, pending_binary)  # a log without the `# nThread` line
-            cur.tuning, early_tuning = early_tuning, []
             pending_binary = None
             sections.append(cur)
         if cur is None:
@@ -223,61 +214,6 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict,
         if key in meta["env"]:
             meta[name] = meta["env"][key]
     return sections, meta, env_lines
-
-
-def _regimes(
-    path: Path, sec: _Section, op: str, p: int, env: dict, env_lines: dict, notes: list[str]
-) -> dict[int, tuple[str | None, str | None, list[str]]]:
-    """Per size S of the section: (algorithm, protocol, forced) NCCL ran it in, from its tuning
-    lines (what NCCL chose, or was made to run) and the log's NCCL_ALGO / NCCL_PROTO where one
-    pins a single name for `op`; a size absent ran in what the settings pin (key -1)."""
-    pins: dict[str, str | None] = {}
-    for kind, var in (("algorithm", "NCCL_ALGO"), ("protocol", "NCCL_PROTO")):
-        if var in env:
-            where = f"{path}:{env_lines.get(var, 1)}: {var}"
-            pins[kind] = pinned(kind, str(env[var]), op, where)
-    seen: dict[int, set[tuple[str, str]]] = {}
-    for n, m in sec.tuning:
-        func, nbytes, algo, proto = m.groups()
-        if func is not None and NCCL_FUNCS.get(func.lower()) != op:
-            continue  # another collective's line (or a word before the bytes)
-        numeric = algo.isdigit()
-        where = f"{path}:{n}"
-        ran = (
-            canonical("algorithm", algo, where, numeric),
-            canonical("protocol", proto, where, numeric),
-        )
-        size = int(nbytes) * (p if not numeric and op in PER_RANK_COUNT else 1)
-        seen.setdefault(size, set()).add(ran)
-    out: dict[int, tuple[str | None, str | None, list[str]]] = {}
-    mixed = sorted(size for size, pairs in seen.items() if len(pairs) > 1)
-    if mixed:
-        notes.append(
-            f"{path}:{sec.start}: the tuning lines name more than one algorithm/protocol at "
-            f"{len(mixed)} size(s) ({', '.join(map(str, mixed[:4]))} B...): left unstated there"
-        )
-    against: dict[str, list[int]] = {}
-    for size in [-1, *seen]:
-        one = next(iter(seen[size])) if size in seen and len(seen[size]) == 1 else None
-        said: tuple[str | None, ...] = one or (None, None)
-        pair: list[str | None] = []
-        forced = []
-        for i, kind in enumerate(("algorithm", "protocol")):
-            pin = pins.get(kind)
-            if pin is not None and said[i] not in (None, pin):
-                against.setdefault(kind, []).append(size)
-                pin = None
-            pair.append(said[i] or pin)
-            if pin is not None:
-                forced.append(kind)
-        out[size] = (pair[0], pair[1], forced)
-    for kind, sizes in against.items():
-        notes.append(
-            f"{path}:{sec.start}: the log's {kind} setting pins {pins[kind]} but its tuning "
-            f"lines name another at {len(sizes)} size(s) ({sizes[0]} B...): there the tuning "
-            "line's is kept, not filed as forced"
-        )
-    return out
 
 
 def _timestamp_as_one_cell(header: list[str], tok: list[str]) -> list[str]:
@@ -401,11 +337,11 @@ def parse(path: Path, hints: Hints) -> Imported:
         backend = hints.backend or "nccl"
         timing = "blocking" if sec.blocking else "pipelined"
         world = len(sec.ranks) or p
-        regimes = _regimes(path, sec, op, p, meta["env"], env_lines, out.notes)
+        by_size = regimes(path, sec.start, sec.tuning, op, p, meta["env"], env_lines, out.notes)
         for r in rows:
             tok = r["tok"]
             nbytes = size_cell(tok[col["size"]], f"{path}:{r['line']}")
-            algorithm, protocol, forced = regimes.get(nbytes, regimes[-1])
+            algorithm, protocol, forced = by_size.get(nbytes, by_size[-1])
             dtype = TYPES.get(tok[col["type"]].lower(), tok[col["type"]].lower())
             if hints.dtype is not None and hints.dtype != dtype:
                 raise UsageError(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commbench.calibration import Calibration
-from commbench.calibration.op_accuracy import asked_regime
+from commbench.calibration.choice import asked_regime, regimes_of
 from commbench.errors import UsageError
 from commbench.sizes import format_size
 from commbench.trace.ops import P2P, CommOp
@@ -57,7 +57,7 @@ def predict_us(op: CommOp, cal: Calibration, nodes: tuple[int, ...]) -> float | 
     try:
         # the series of the regime its kernel ran in, where the calibration pinned that one
         ran = {"algorithm": op.algorithm, "protocol": op.protocol}
-        algorithm, protocol = asked_regime(ran, cal.regimes(op.op, link), "trace")
+        algorithm, protocol = asked_regime(ran, regimes_of(cal.series, op.op, link), "trace")
         got = cal.explain(op.op, op.bytes, len(op.group_ranks), link, op.dtype,
                           extrapolate=True, algorithm=algorithm, protocol=protocol)  # fmt: skip
     except (UsageError, ValueError, KeyError):
