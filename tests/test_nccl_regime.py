@@ -181,6 +181,18 @@ def test_a_job_script_setting_in_a_comment_pins_too(tmp_path):
     assert all(regime(r) == (None, "LL128", ["protocol"]) for r in imp.records)
 
 
+def test_import_says_what_regime_its_records_ran_in(tmp_path, capsys):
+    tuning = {1024: "AllReduce: 1024 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}"}
+    imported(tmp_path, "r", perf_log(info=("NCCL_ALGO set by environment to Ring",), tuning=tuning))
+    out = capsys.readouterr().out
+    assert (
+        f"# NCCL regime stated on {2 * len(SIZES)} of {2 * len(SIZES)} records: RING/*, RING/LL "
+        "(algorithm pinned by the log's settings)"
+    ) in out
+    imported(tmp_path, "bare", perf_log())
+    assert "NCCL regime" not in capsys.readouterr().out
+
+
 # ---- what a log says that cannot be filed -----------------------------------------------------
 
 
