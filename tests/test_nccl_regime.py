@@ -424,6 +424,22 @@ def test_a_trace_op_is_priced_under_the_series_of_its_kernel_s_regime(tmp_path):
     assert asked_regime(other, have, "t") == (None, None)
 
 
+def test_report_labels_name_the_regime_where_curves_differ_in_it():
+    import numpy as np
+
+    from commbench.report.figures.collectives import curve_labels
+    from commbench.report.inputs import Curve
+
+    def curve(algorithm: str, protocol: str) -> Curve:
+        key = SeriesKey("nccl", "allreduce", "intra", 8, "float32", algorithm=algorithm,
+                        protocol=protocol)  # fmt: skip
+        return Curve(key, np.ones(3), np.ones(3))
+
+    labels = curve_labels([curve("RING", "SIMPLE"), curve("TREE", "LL"), curve("", "")])
+    assert labels == ["p=8 intra RING/SIMPLE", "p=8 intra TREE/LL", "p=8 intra NCCL's choice"]
+    assert curve_labels([curve("", ""), curve("", "")]) == ["p=8 intra", "p=8 intra"]
+
+
 # ---- calibrations and records from before ---------------------------------------------------
 
 
