@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from commbench.errors import UsageError
 
-# index = NCCL's NCCL_ALGO_* / NCCL_PROTO_* number (src/include/device.h)
+# index = NCCL's NCCL_ALGO_* / NCCL_PROTO_* number (src/include/device.h, 2.20 on: the tuning
+# lines that print numbers); COLLNET is NCCL <= 2.13's one CollNet (its kernels, NCCL_ALGO)
 ALGORITHMS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
+OLD_ALGORITHMS = ("COLLNET",)
 PROTOCOLS = ("LL", "LL128", "SIMPLE")
 # NCCL_ALGO's spellings (ncclAlgoStr), compared without case, as above
 _SETTING = {
@@ -29,6 +31,7 @@ _SETTING = {
     "nvls": "NVLS",
     "nvlstree": "NVLS_TREE",
     "pat": "PAT",
+    "collnet": "COLLNET",
     "ll": "LL",
     "ll128": "LL128",
     "simple": "SIMPLE",
@@ -47,7 +50,7 @@ NCCL_FUNCS = {
     "send": "sendrecv",
     "recv": "sendrecv",
 }
-KINDS = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS}
+KINDS = {"algorithm": ALGORITHMS + OLD_ALGORITHMS, "protocol": PROTOCOLS}
 
 
 def canonical(kind: str, name: object, where: str, numeric: bool = False) -> str:
@@ -59,8 +62,9 @@ def canonical(kind: str, name: object, where: str, numeric: bool = False) -> str
     upper = text.upper()
     if upper in names:
         return upper
-    if numeric and text.isascii() and text.isdigit() and int(text) < len(names):
-        return names[int(text)]
+    numbers = ALGORITHMS if kind == "algorithm" else PROTOCOLS
+    if numeric and text.isascii() and text.isdigit() and int(text) < len(numbers):
+        return numbers[int(text)]
     found = _SETTING.get(text.lower().replace("_", ""))
     if found in names:
         return found

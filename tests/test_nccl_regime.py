@@ -167,6 +167,7 @@ def test_a_pinned_algorithm_with_tuning_lines_naming_the_protocol(tmp_path):
         ("allgather:tree", None),
         ("NVLSTree", "NVLS_TREE"),
         ("CollNetDirect", "COLLNET_DIRECT"),
+        ("CollNet", "COLLNET"),  # NCCL <= 2.13's one CollNet
     ],
 )
 def test_only_a_setting_leaving_one_name_pins(tmp_path, setting, algorithm):
