@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from commbench.nccl_names import label as regime_label
 from commbench.sizes import format_size
 
 Format = str | Callable[[Any], str]
@@ -97,17 +98,24 @@ SERIES = TableSpec(
         Column("out", "", 4),
     ),
     "series fits: time = alpha + beta*bytes per segment; bw = 1/beta (GB/s = 1e9 B/s); "
-    "err = |pred-t|/t (median, max of all points); loso = leave-one-size-out median",
+    "err = |pred-t|/t (median, max of all points); loso = leave-one-size-out median; "
+    "op RING/SIMPLE: its runs pinned that NCCL algorithm/protocol, op (RING/LL): NCCL chose, "
+    "and the log says this segment ran in it",
 )
 
 
 def series_rows(series: list[dict]) -> list[list]:
     """One SERIES row per segment of a calibration's series; an in-place series' op reads
-    `op(in)`. Fields only a measured fit has (errors, intervals) read "-" when absent."""
+    `op(in)`, one of a pinned NCCL regime `op RING/SIMPLE`, a segment of NCCL's choice that
+    the log says ran in one regime `op (RING/LL)`. Fields only a measured fit has (errors,
+    intervals) read "-" when absent."""
     rows = []
     for row in series:
-        op = row["op"] + ("" if row["placement"] == "out-of-place" else "(in)")
+        name = row["op"] + ("" if row["placement"] == "out-of-place" else "(in)")
+        regime = regime_label(row.get("algorithm", ""), row.get("protocol", ""))
         for k, s in enumerate(row["segments"]):
+            seen = s.get("regime")
+            op = f"{name} {regime}" if regime else f"{name} ({seen})" if seen else name
             ci = s.get("alpha_ci95")
             rows.append(
                 [

@@ -37,6 +37,7 @@ TOP_LEVEL = {
     "limits.py",  # the one parser and bounds of user numbers
     "textfile.py",  # the one reader of user text files
     "keys.py",  # a key given twice is refused (YAML, JSON, KEY=VALUE flags)
+    "nccl_names.py",  # NCCL's algorithm/protocol names: importers, traces and fits share them
 }
 
 

@@ -14,11 +14,10 @@ from commbench import cli
 from commbench.errors import UsageError
 from commbench.fit.collect import _RAW_KEY, FIT_FIELDS
 from commbench.results.checkrecords import CheckRecord
+from commbench.results.importrecords import ImportedRecord, ImportSource
 from commbench.results.records import (
     MEASURED_FIELDS,
     REQUIRED_FIELDS,
-    ImportedRecord,
-    ImportSource,
     JsonRecord,
     LayoutConfig,
     OpShare,

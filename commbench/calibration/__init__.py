@@ -5,17 +5,14 @@
 
 document.py reads, validates and writes the file (its schema ships in commbench/schemas);
 series_key.py is the key each series is filed under; lines.py evaluates a series' segments
-and a link's model; predict.py answers predict()/explain() from them.
+and a link's model; choice.py picks the series (preferences, NCCL regime); predict.py answers
+predict()/explain() from them.
 """
 
+from commbench.calibration.choice import PLACEMENT_PREFERENCE, TIMING_PREFERENCE
 from commbench.calibration.document import KINDS, SCHEMA_VERSION, load, save, schema, validate
 from commbench.calibration.lines import Line, LinkModel, SeriesModel
-from commbench.calibration.predict import (
-    PLACEMENT_PREFERENCE,
-    TIMING_PREFERENCE,
-    Calibration,
-    Prediction,
-)
+from commbench.calibration.predict import Calibration, Prediction
 
 __all__ = [
     "KINDS",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
+from commbench.calibration.choice import asked_regime, regimes_of
 from commbench.calibration.predict import Calibration
 from commbench.calibration.reach import group_nodes
 from commbench.dtypes import canonical_dtype_name
@@ -29,8 +30,8 @@ OP_KINDS = ("collective", "step", "trace")
 SCHEMA = "commbench.calibration.op_accuracy/1"
 ROW_KEYS = (
     "run_id", "kind", "op", "backend", "dtype", "link_class", "group_size", "nodes", "timing",
-    "placement", "bytes", "measured_s", "predicted_s", "rel_error", "abs_error", "method",
-    "extrapolated", "reach", "band", "band_terms", "status", "why",
+    "placement", "regime", "bytes", "measured_s", "predicted_s", "rel_error", "abs_error",
+    "method", "extrapolated", "reach", "band", "band_terms", "status", "why",
 )  # fmt: skip
 
 
@@ -106,6 +107,9 @@ def compare(
                 status="not predicted",
             )
             try:
+                algorithm, protocol = asked_regime(
+                    rec, regimes_of(cal.series, op, link), str(run.path)
+                )
                 got = cal.explain(
                     op,
                     nbytes,
@@ -117,6 +121,8 @@ def compare(
                     timing=row["timing"],
                     placement=row["placement"],
                     nodes=row["nodes"],
+                    algorithm=algorithm,
+                    protocol=protocol,
                 )
             except UsageError as e:
                 row["why"] = str(e)
@@ -124,6 +130,7 @@ def compare(
                 continue
             rel = (got.seconds - measured) / measured
             row.update(
+                regime=got.series.regime if got.series is not None else "",
                 predicted_s=got.seconds,
                 rel_error=rel,
                 abs_error=abs(rel),
@@ -139,15 +146,16 @@ def compare(
 
 
 def summarize(rows: list[dict], band: float, min_bytes: int = 0) -> list[dict]:
-    """Per (op, link class, group size, nodes) in first-seen order, over rows of at least
+    """Per (op, link class, group size, nodes, regime) in first-seen order, over rows of at least
     min_bytes: points, not predicted, median / max |error|, median signed error, the share
     within `band`, and how many predictions reached beyond the measurements."""
     by: dict[tuple, list[dict]] = {}
     for r in rows:
         if r["bytes"] >= min_bytes:
-            by.setdefault((r["op"], r["link_class"], r["group_size"], r["nodes"]), []).append(r)
+            key = (r["op"], r["link_class"], r["group_size"], r["nodes"], r.get("regime") or "")
+            by.setdefault(key, []).append(r)
     out = []
-    for (op, link, p, nodes), rs in by.items():
+    for (op, link, p, nodes, regime), rs in by.items():
         ok = [r for r in rs if r["status"] == "ok"]
         errs = [r["abs_error"] for r in ok]
         out.append(
@@ -156,6 +164,7 @@ def summarize(rows: list[dict], band: float, min_bytes: int = 0) -> list[dict]:
                 "link_class": link,
                 "group_size": p,
                 "nodes": nodes,
+                "regime": regime,  # the pinned NCCL regime priced under, "" NCCL's choice
                 "points": len(ok),
                 "not_predicted": len(rs) - len(ok),
                 "extrapolated": sum(bool(r["extrapolated"]) for r in ok),

@@ -24,6 +24,12 @@ from dataclasses import asdict, dataclass, field
 
 from commbench.calibration.algorithms import LIBRARIES, switched
 from commbench.calibration.band import Priors
+from commbench.calibration.choice import (
+    TIMING_PREFERENCE,
+    choose_regime,
+    prefer,
+    spelled,
+)
 from commbench.calibration.costmodels import MODELLED_OPS
 from commbench.calibration.hierarchy import Scaled, series_to_nodes
 from commbench.calibration.lines import Line, LinkModel, SeriesModel, link_model, segment_for
@@ -33,10 +39,6 @@ from commbench.dtypes import DTYPE_SIZES, canonical_dtype_name
 from commbench.errors import UsageError
 from commbench.ops import OPS, canonical_op
 from commbench.sizes import format_size
-
-TIMING_PREFERENCE = ("per-iteration", "pipelined")
-PLACEMENT_PREFERENCE = ("out-of-place", "in-place")
-BUFFERS_PREFERENCE = ("hugepage", "plain", "torch")  # warm before off-cache (listed after)
 
 
 @dataclass(kw_only=True)
@@ -53,24 +55,6 @@ class Prediction:
     reach: Reach = field(default_factory=Reach)  # how far beyond the measurements it went
     band: tuple[float, float] | None = None  # seconds: where the truth should lie (band.py)
     band_terms: dict | None = None  # what band is made of (band.BandTerms), to rescore priors
-
-
-def _rank(value: str, order: tuple) -> tuple:
-    return (order.index(value) if value in order else len(order), value)
-
-
-def _prefer(cands: list[SeriesModel]) -> list[SeriesModel]:
-    """Candidates sorted best first: per-iteration before pipelined timing, out-of-place
-    before in-place placement, warm default buffers before plain or off-cache ones, then by
-    name (so the choice is deterministic)."""
-    return sorted(
-        cands,
-        key=lambda s: (
-            _rank(s.key.timing, TIMING_PREFERENCE),
-            _rank(s.key.placement, PLACEMENT_PREFERENCE),
-            _rank(s.key.buffers, BUFFERS_PREFERENCE),
-        ),
-    )
 
 
 class Calibration:
@@ -150,11 +134,14 @@ class Calibration:
         extrapolate: bool = False,
         timing: str | None = None,
         placement: str | None = None,
+        algorithm: str | None = None,
+        protocol: str | None = None,
     ) -> float:
         """Seconds for one `op` of S = nbytes on a group of group_size over link_class."""
         return self.explain(
-            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement
-        ).seconds
+            op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement,
+            algorithm=algorithm, protocol=protocol,
+        ).seconds  # fmt: skip
 
     def explain(
         self,
@@ -168,12 +155,16 @@ class Calibration:
         timing: str | None = None,
         placement: str | None = None,
         nodes: int | None = None,
+        algorithm: str | None = None,
+        protocol: str | None = None,
     ) -> Prediction:
         """predict() with the method used (see the module docstring for the rule) and how far
-        it reached (`nodes`: the hosts one group spans, compared with those measured)."""
+        it reached (`nodes`: the hosts one group spans, compared with those measured).
+        `algorithm` / `protocol`: the NCCL regime (RING, LL128; any NCCL spelling) whose pinned
+        series to use; None: NCCL's own choice (see choice.choose_regime)."""
         got = self._explain(
             op, nbytes, group_size, link_class, dtype, backend, extrapolate, timing, placement,
-            nodes,
+            nodes, *spelled(algorithm, protocol),
         )  # fmt: skip
         s = self._by_key.get(got.series) if got.series is not None else None
         if s is not None:
@@ -205,6 +196,8 @@ class Calibration:
         timing: str | None,
         placement: str | None,
         nodes: int | None = None,
+        algorithm: str | None = None,
+        protocol: str | None = None,
     ) -> Prediction:
         op = canonical_op(op)
         if op not in OPS:
@@ -237,6 +230,17 @@ class Calibration:
             on_link = [s for s in on_link if s.key.timing == timing]
         if placement is not None:
             on_link = [s for s in on_link if s.key.placement == placement]
+        on_link, notes = choose_regime(on_link, algorithm, protocol, want, self.source)
+        got = self._pick(op, nbytes, group_size, link_class, dtype, backend, extrapolate,
+                         on_link, want, ops, nodes)  # fmt: skip
+        got.notes[:0] = notes
+        return got
+
+    def _pick(
+        self, op, nbytes, group_size, link_class, dtype, backend, extrapolate, on_link, want,
+        ops, nodes,
+    ) -> Prediction:  # fmt: skip
+        """_explain's choice among the candidate series (one op, link, backend, regime)."""
         same_p = [s for s in on_link if s.key.group_size == group_size]
         if dtype is None:
             dtypes = sorted({s.key.dtype for s in same_p})
@@ -245,7 +249,7 @@ class Calibration:
                     f"{want}: {self.source} has it in several dtypes ({', '.join(dtypes)}): "
                     "pass dtype="
                 )
-        exact = _prefer([s for s in same_p if dtype is None or s.key.dtype == dtype])
+        exact = prefer([s for s in same_p if dtype is None or s.key.dtype == dtype])
         if exact:
             s = exact[0]
             if s.covers(nbytes):
@@ -311,7 +315,7 @@ class Calibration:
         self, op, nbytes, p, link_class, dtype, backend, on_link, want, nodes=None
     ) -> Prediction:
         kind = self.kind
-        same_p = _prefer([s for s in on_link if s.key.group_size == p])
+        same_p = prefer([s for s in on_link if s.key.group_size == p])
         if same_p:  # (2) another dtype, same element size first
             size = DTYPE_SIZES.get(dtype or "", 0)
             s = min(same_p, key=lambda s: DTYPE_SIZES.get(s.key.dtype, -1) != size)
@@ -328,7 +332,7 @@ class Calibration:
                 f"{want}: no algorithm model prices {op}, so it cannot be extrapolated"
             )
         if on_link:  # (3) scale the nearest measured group size by the link model
-            pref = _prefer([s for s in on_link if dtype is None or s.key.dtype == dtype] or on_link)
+            pref = prefer([s for s in on_link if dtype is None or s.key.dtype == dtype] or on_link)
             q = min(
                 {s.key.group_size for s in pref},
                 key=lambda g: (abs(math.log2(g) - math.log2(p)), -g),

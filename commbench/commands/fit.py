@@ -72,6 +72,9 @@ def print_report(
     """The calibration's series table, skipped series and link table, nccl-tests style; a
     partial run's note (results.Run.partial_note: why it is partial, what was kept) under its
     line."""
+    import dataclasses
+
+    from commbench.calibration.series_key import SeriesKey
     from commbench.tables import (
         LINK_LEGEND,
         LINKS,
@@ -109,14 +112,14 @@ def print_report(
     if not quiet:
         print("#")
         print(f"# {SERIES.caption}")
-        t = Table(SERIES.columns)
-        for row in series_rows(doc["series"]):
+        rows = series_rows(doc["series"])
+        op, *rest = SERIES.columns  # as wide as its longest cell (`allreduce(in) RING/LL128`)
+        width = max([op.width, *(len(r[0]) for r in rows)])
+        t = Table([dataclasses.replace(op, width=width), *rest])
+        for row in rows:
             t.row(*row)
     for s in doc["skipped"]:
-        print(
-            f"# not fitted: {s['op']} p={s['group_size']} {s['link_class']} {s['dtype']} "
-            f"{s['backend']} {s['timing']}: {s['reason']}"
-        )
+        print(f"# not fitted: {SeriesKey.from_dict(s).label()}: {s['reason']}")
     if doc["link_table"] and not quiet:
         print("#")
         print(f"# {LINKS.caption}")

@@ -23,6 +23,7 @@ from commbench.commands import nextstep
 from commbench.commands.argtypes import DEFAULT_RESULTS, positive_int
 from commbench.errors import EXIT_FAILURE
 from commbench.formats import IMPORTERS
+from commbench.nccl_names import label
 
 HELP = "import nccl-tests / OSU / IMB logs as a commbench run"
 
@@ -138,6 +139,14 @@ def main(args: argparse.Namespace) -> int:
         f"ops {', '.join(ops)}; group sizes {groups}; links {', '.join(links)}; "
         f"placements {', '.join(placements)}"
     )
+    said = [r for r in records if r.get("algorithm") or r.get("protocol")]
+    if said:  # the NCCL regime the log says the records ran in (nccl_tuning.py)
+        pinned = sorted({k for r in said for k in r.get("forced") or ()})
+        ran = sorted({label(r.get("algorithm") or "", r.get("protocol") or "") for r in said})
+        print(
+            f"# NCCL regime stated on {len(said)} of {len(records)} records: {', '.join(ran)}"
+            + (f" ({' and '.join(pinned)} pinned by the log's settings)" if pinned else "")
+        )
     print(f"results: {writer.path}")
     print(nextstep.line("import", writer.path))
     if status != "complete":

@@ -186,7 +186,7 @@ def print_op_rows(
     for r in rows:
         ok = r["status"] == "ok"
         t.row(
-            r["op"],
+            f"{r['op']} {r['regime']}" if r.get("regime") else r["op"],
             r["group_size"],
             "-" if r["nodes"] is None else r["nodes"],
             r["link_class"],
@@ -226,7 +226,7 @@ def print_op_rows(
     )
     for x in summary:
         s.row(
-            x["op"],
+            f"{x['op']} {x['regime']}" if x.get("regime") else x["op"],
             x["group_size"],
             "-" if x["nodes"] is None else x["nodes"],
             x["link_class"],

@@ -6,6 +6,7 @@ linkfit (the joint link table) and calibration (the schema the result must pass)
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ def _series_row(data: SeriesData, res: SeriesFitResult, x: np.ndarray) -> dict:
     key = data.key
     segs = [s.as_dict() for s in res.segments]
     factor = bus_factor(key.op, key.group_size)
-    for s, seg in zip(segs, res.segments):
+    for s, seg, regime in zip(segs, res.segments, segment_regimes(data, res.segments)):
+        if regime:  # the NCCL regime the log says every size of the segment ran in
+            s["regime"] = regime
         bw = seg.bandwidth_GBps
         s["algbw_GBps"] = bw
         s["busbw_GBps"] = bw * factor if bw is not None else None
@@ -101,6 +104,30 @@ def noise_floor(outcomes: list[SeriesOutcome]) -> dict | None:
     }
 
 
+def regime_cuts(data: SeriesData, opts: FitOptions) -> list[float]:
+    """Where the series' records say NCCL switched regime between two adjacent runs of sizes,
+    each of min_sizes sizes or more (a shorter run cannot hold a segment of its own): a cut
+    at the geometric mean of the two sizes around it; none where the segments would outnumber
+    max_segments. Sizes with no regime said, or several, cut nothing."""
+    runs = data.regime_runs()
+    cuts = [
+        math.sqrt(max(a[1][-1], 1.0) * b[1][0])
+        for a, b in zip(runs, runs[1:])
+        if a[0] and b[0] and min(len(a[1]), len(b[1])) >= opts.min_sizes
+    ]
+    return cuts if len(cuts) < opts.max_segments else []
+
+
+def segment_regimes(data: SeriesData, segments: list) -> list[str]:
+    """Per segment, the one NCCL regime every size in it says it ran in, else ""."""
+    runs = data.regime_runs()
+    out = []
+    for seg in segments:
+        inside = {r for r, sizes in runs for x in sizes if seg.bytes_min <= x <= seg.bytes_max}
+        out.append(inside.pop() if len(inside) == 1 else "")
+    return out
+
+
 def fit_collected(
     collected: Collected, opts: FitOptions | None = None
 ) -> tuple[list[SeriesOutcome], list[dict]]:
@@ -130,15 +157,22 @@ def fit_collected(
                 }
             )
             continue
-        res = fit_series(x, t, opts)
+        res = fit_series(x, t, opts, regime_cuts(data, opts))
         outcomes.append(SeriesOutcome(data, res, _series_row(data, res, x)))
     return outcomes, skipped
 
 
 def link_points(outcomes: list[SeriesOutcome]) -> list[LinkPoints]:
-    """(key, bytes, seconds, weights, segments) of every fitted series, for the link table."""
+    """(key, bytes, seconds, weights, segments) of every fitted series, for the link table.
+    The link table models the library's own algorithm choice: a series whose run pinned an
+    NCCL algorithm or protocol joins it only on a link (backend, link class, timing) where
+    no run let NCCL choose, else its curve would be blended into NCCL's."""
     out: list[LinkPoints] = []
+    chose = {(k.backend, k.link_class, k.timing) for o in outcomes if not (k := o.data.key).regime}
     for o in outcomes:
+        k = o.data.key
+        if k.regime and (k.backend, k.link_class, k.timing) in chose:
+            continue
         x, t = o.data.arrays()
         out.append((o.data.key, x, t, o.fit.weights, o.fit.segments))
     return out
@@ -176,6 +210,17 @@ def build_doc(
                 f"{spread:.0%} (median over sizes), beyond {max(PLACEMENT_AGREE, floor):.0%}: "
                 "they share the link class here, so measure them on hosts where they do not "
                 "(or --ranks-per-node), or fit one placement"
+            )
+    pinned: dict[tuple, set[str]] = {}  # link -> regimes, where no run let NCCL choose
+    for o in outcomes:
+        k = o.data.key
+        pinned.setdefault((k.backend, k.link_class, k.timing), set()).add(k.regime)
+    for (backend, link, timing), regimes in sorted(pinned.items()):
+        if "" not in regimes and len(regimes) > 1:
+            notes.append(
+                f"link {backend}/{link}/{timing}: every run pinned an NCCL regime "
+                f"({', '.join(sorted(regimes))}) and none let NCCL choose: its link table "
+                "blends them (the series keep them apart)"
             )
     for r in collected.runs:
         for o in r.get("oversubscribed") or ():

@@ -1,7 +1,8 @@
 """From run directories to fit series: which records are used, which are left out and why.
 
 A series is (backend, op, link class, group size, dtype, timing mode, placement, buffers:
-hugepage or plain pages, warm or off-cache, which differ 2x at 64 KiB and up). Records of
+hugepage or plain pages, warm or off-cache, which differ 2x at 64 KiB and up, and the NCCL
+algorithm / protocol its run pinned: an import's NCCL_ALGO=Ring is a curve of its own). Records of
 kind `collective` (commbench run, commbench import) must carry what the fitter needs. Suite
 records are used when they carry op/bytes/group_size/link_class/time_us for a primitive op:
 a `step` record's bytes and time_us are the op the runner really measured (its `scale` and
@@ -29,18 +30,22 @@ from commbench.calibration.series_key import (
     DEFAULT_PLACEMENT,
     DEFAULT_TIMING,
     KEY_FIELDS,
+    REGIME_FIELDS,
     SeriesKey,
+    regime_of,
 )
 from commbench.dtypes import canonical_dtype_name
 from commbench.errors import UsageError
+from commbench.nccl_names import label as regime_label
 from commbench.ops import OPS, canonical_op
 from commbench.results.rundir import RECORDS, Run, read_run
 
 USED_KINDS = ("collective", "step", "point")
 # fields a `collective` record must carry for the fitter, beyond records.REQUIRED_FIELDS
 FIT_FIELDS = ("link_class", "wrong", "timing")
-# the record fields a series key is made of (with kind, which decides whether it is used)
-_RAW_KEY = ("kind", *KEY_FIELDS)
+# the record fields a series key is made of (with kind, which decides whether it is used);
+# the regime comes from algorithm / protocol where `forced` names them (regime_of)
+_RAW_KEY = ("kind", *(k for k in KEY_FIELDS if k not in REGIME_FIELDS))
 # the longest a point may run (--timeout's bound, commands/common.MAX_TIMEOUT_S): a time over
 # it was not measured (a corrupt or hand-edited line) and would become a knot of its series
 MAX_TIME_S = 1e6
@@ -59,9 +64,26 @@ class SeriesData:
     shapes: set[tuple[int, int]] = field(default_factory=set)  # (nodes, ranks per node) seen
     run_of: list[str] = field(default_factory=list)  # each point's run id
     stride_of: list[int] = field(default_factory=list)  # each point's group stride (1: contiguous)
+    # each point's NCCL regime as its record says it ran (`RING/LL`, a tuning line's), "" unsaid
+    regime_at: list[str] = field(default_factory=list)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.x, dtype=float), np.asarray(self.t, dtype=float)
+
+    def regime_runs(self) -> list[tuple[str, list[float]]]:
+        """(regime, sizes) of each run of adjacent sizes whose points all say they ran in one
+        NCCL regime (regime "" where they say none, or several), in ascending size."""
+        by: dict[float, set[str]] = {}
+        for x, r in zip(self.x, self.regime_at):
+            by.setdefault(x, set()).add(r)
+        runs: list[tuple[str, list[float]]] = []
+        for x in sorted(by):
+            mine = next(iter(by[x])) if len(by[x]) == 1 else ""
+            if runs and runs[-1][0] == mine:
+                runs[-1][1].append(x)
+            else:
+                runs.append((mine, [x]))
+        return runs
 
     @property
     def distinct_sizes(self) -> int:
@@ -122,6 +144,8 @@ def _classify(rec: dict, where: str) -> tuple[SeriesKey | None, str]:
         timing=str(rec.get("timing") or DEFAULT_TIMING),
         placement=str(rec.get("placement") or DEFAULT_PLACEMENT),
         buffers=str(rec.get("buffers") or DEFAULT_BUFFERS),
+        algorithm=(regime := regime_of(rec, where))[0],
+        protocol=regime[1],
     )
     return key, ""
 
@@ -222,7 +246,12 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
             kind = rec.get("kind")
             if kind == "collective" and not all(k in rec for k in FIT_FIELDS):
                 _classify(rec, where(idx))  # raises, naming the missing fields
-            raw = tuple(rec.get(k) for k in _RAW_KEY)
+            forced = rec.get("forced")
+            raw = (
+                *(rec.get(k) for k in _RAW_KEY),
+                *(rec.get(k) for k in REGIME_FIELDS),
+                tuple(forced) if isinstance(forced, list) else forced,
+            )
             try:
                 key, why = cache[raw]
             except KeyError:
@@ -270,6 +299,9 @@ def collect(runs: list[tuple[Run, list[int]]]) -> Collected:
             stride = rec.get("stride")
             data.stride_of.append(stride if type(stride) is int else 1)
             data.runs.add(data.run_of[-1])
+            ran = (rec.get("algorithm"), rec.get("protocol"))
+            ok = all(isinstance(v, str) and v for v in ran)
+            data.regime_at.append(regime_label(*ran) if ok else "")  # type: ignore[arg-type]
             nodes = group_nodes(rec, key.link_class)
             if nodes is not None:
                 data.shapes.add((nodes, -(-key.group_size // nodes)))

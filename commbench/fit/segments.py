@@ -197,7 +197,10 @@ def flexible_k(rss: list[float], n: int) -> int:
     keeping at least half the points as residual degrees of freedom (a partition with nearly
     as many parameters as points fits the noise too and makes it look small)."""
     ks = [k for k, r in enumerate(rss, 1) if np.isfinite(r) and 3 * k - 1 <= n / 2]
-    return ks[-1] if ks else 1
+    if ks:
+        return ks[-1]
+    # the fewest segments the DP allows (1, unless cuts ask for more)
+    return next((k for k, r in enumerate(rss, 1) if np.isfinite(r)), 1)
 
 
 def choose_k(prep: Prepared, parts: Partitions, opts: FitOptions) -> tuple[int, list[float]]:

@@ -22,12 +22,17 @@ LL/LL128/Simple and Ring/Tree, MPI switches eager/rendezvous), so the fit is pie
   every point, outliers included, so the median is never above the max),
   leave-one-size-out error (segmentation held fixed) and residual-bootstrap 95% intervals.
 
+Where the records say which NCCL algorithm/protocol each size ran in (an import's tuning lines),
+no segment spans a switch between two regimes of min_sizes sizes or more: the segments follow
+the regimes NCCL was seen to run (calibrate.regime_cuts), the BIC still splits within one.
+
 The line fit and reweighting live in fit/wls.py, the segmentation and BIC in fit/segments.py;
 numpy only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,10 +107,14 @@ class SeriesFitResult:
         return int(np.count_nonzero(self.weights <= TINY))
 
 
-def fit_series(x: ArrayLike, t: ArrayLike, opts: FitOptions | None = None) -> SeriesFitResult:
+def fit_series(
+    x: ArrayLike, t: ArrayLike, opts: FitOptions | None = None, cuts: Sequence[float] = ()
+) -> SeriesFitResult:
     """Fit time = alpha + beta x piecewise to one series (x bytes, t seconds; t > 0).
 
-    The series needs at least `opts.min_sizes` distinct sizes (the caller checks and reports)."""
+    The series needs at least `opts.min_sizes` distinct sizes (the caller checks and reports).
+    No segment spans one of `cuts` (bytes between two sizes: where the log says NCCL switched
+    algorithm or protocol, regime_cuts); each side of one must hold min_sizes sizes."""
     opts = opts or FitOptions()
     x = np.asarray(x, dtype=float)
     t = np.asarray(t, dtype=float)
@@ -119,12 +128,12 @@ def fit_series(x: ArrayLike, t: ArrayLike, opts: FitOptions | None = None) -> Se
         # robust weights from the most flexible segmentation, so that they do not depend on
         # the number of segments about to be chosen (an outlier cannot pass for structure)
         for kind in ("huber", "tukey"):
-            dp = best_partitions(prep, w, opts, edge)
+            dp = best_partitions(prep, w, opts, edge, cuts)
             bounds, lines = partition(prep, dp, flexible_k(dp.rss, prep.t.size))
             r = 1.0 - predict_points(prep, bounds, lines) / prep.t
             w, found = neighbour_checked(prep, r, robust_weights(r, kind, opts), opts.min_sizes)
             edge = edge if found is None else found  # once fitted, the cliff looks normal
-    dp = best_partitions(prep, w, opts, edge)
+    dp = best_partitions(prep, w, opts, edge, cuts)
     k, bics = choose_k(prep, dp, opts)
     bounds, lines = partition(prep, dp, k)
     if opts.robust:  # final weights and lines from the chosen segments (boundaries fixed)

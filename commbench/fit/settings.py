@@ -4,12 +4,15 @@ A calibration's terms blend every run of a series; when those runs used differen
 versions or transport settings (Polaris' nccl-tests logs: NCCL 2.18 reaches 18.7 GB/s at 540
 nodes where 2.21.5 reaches 29.1; its libfabric settings 4 and 5 differ too) the blend describes
 neither. Compared per backend from each run's provenance (meta.json `libraries` and `env`):
-the library versions and every NCCL_* / FI_* variable either run set.
+the library versions and every NCCL_* / FI_* variable either run set, but an NCCL_ALGO /
+NCCL_PROTO that pins one name in both: such runs are fitted as series of their own regime.
 """
 
 from __future__ import annotations
 
 SETTING_PREFIXES = ("NCCL_", "FI_")
+# settings whose single-name values the fitter files apart (SeriesKey algorithm / protocol)
+REGIME_SETTINGS = ("NCCL_ALGO", "NCCL_PROTO")
 
 
 def _settings(prov: dict) -> dict[str, str]:
@@ -18,6 +21,15 @@ def _settings(prov: dict) -> dict[str, str]:
         if key.startswith(SETTING_PREFIXES):
             out[key] = str(value)
     return out
+
+
+def _apart(key: str, a: str | None, b: str | None) -> bool:
+    """Whether two runs' different values of `key` keep their series apart: NCCL_ALGO /
+    NCCL_PROTO where either names one algorithm or protocol (the other's series is then
+    another pinned one or NCCL's choice); a list, an exclusion or unset lets NCCL choose."""
+    return key in REGIME_SETTINGS and any(
+        v is not None and not any(c in v for c in ",^;:") for v in (a, b)
+    )
 
 
 def mixed_settings(runs: list[dict]) -> list[str]:
@@ -35,7 +47,11 @@ def mixed_settings(runs: list[dict]) -> list[str]:
             continue
         first, theirs = seen[backend]
         keys = sorted(
-            (k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)),
+            (
+                k
+                for k in set(mine) | set(theirs)
+                if mine.get(k) != theirs.get(k) and not _apart(k, mine.get(k), theirs.get(k))
+            ),
             key=lambda k: (not k.endswith(" version"), k),  # versions first
         )
         if keys:

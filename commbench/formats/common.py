@@ -16,7 +16,7 @@ from commbench.errors import UsageError
 from commbench.formats.log_problems import Problems
 from commbench.limits import MAX_DIGITS, shown
 from commbench.ops import SWEEP_OPS, bus_factor, canonical_op
-from commbench.results.records import ImportedRecord, ImportSource
+from commbench.results.importrecords import ImportedRecord, ImportSource
 
 # MPI datatype names (OSU "# Datatype:", IMB "MPI_Datatype") -> dtype names
 MPI_DTYPES = {
@@ -136,6 +136,9 @@ def measured_record(
     hosts_spanned: int | None = None,
     count: int | None = None,
     groups: int | None = None,
+    algorithm: str | None = None,
+    protocol: str | None = None,
+    forced: list[str] | None = None,
 ) -> dict:
     """A record with the fields `commbench run` writes; what the tool does not measure is null."""
     size = dtype_size(dtype)
@@ -166,6 +169,9 @@ def measured_record(
         backend=backend,
         label=f"{tool} {op}",
         source=ImportSource(tool=tool, file=str(path), line=line, columns=columns),
+        algorithm=algorithm,
+        protocol=protocol,
+        forced=forced or None,
     ).to_json()
 
 

@@ -30,6 +30,7 @@ from commbench.formats.common import (
     time_cell,
 )
 from commbench.formats.log_problems import LAUNCHER_FAILURES, NCCL_TESTS_FAILURES
+from commbench.formats.nccl_tuning import TUNING, regimes
 from commbench.ops import OPS, bus_factor, canonical_op
 
 TOOL = "nccl-tests"
@@ -145,16 +146,23 @@ class _Section:
         self.header: list[str] | None = None
         self.placements: list[str] = ["out-of-place", "in-place"]
         self.rows: list[tuple[int, list[str]]] = []
+        self.tuning: list[tuple[int, re.Match]] = []  # (line, nccl_tuning.TUNING match)
 
 
-def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]:
+def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict, dict]:
+    """The log's nccl-tests invocations, its meta, and the line of each NCCL_* setting."""
     sections: list[_Section] = []
     pending_binary = None
     meta: dict = {"env": {}}
     stated: dict[str, str] = {}
+    env_lines: dict[str, int] = {}
     cur: _Section | None = None
     for n, line in enumerate(lines, 1):
         s = line.strip()
+        if m := TUNING.search(s):  # NCCL prints them once it runs: inside a section
+            if cur is not None:
+                cur.tuning.append((n, m))
+            continue
         if m := _VERSION.search(s):
             meta.setdefault("nccl_version", m.group(1))
         elif m := _LIBRARY.search(s):
@@ -164,9 +172,11 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
             meta.setdefault("nccl_version_mentioned", m.group(1))
         if m := _ENV.search(s):
             meta["env"][m.group(1)] = m.group(2)
+            env_lines[m.group(1)] = n
         elif (s.startswith("#") or _BINARY.search(s)) and not s[:1].isdigit():
             for key, value in _ENV_STATED.findall(s):
                 stated.setdefault(key, value.strip("'"))
+                env_lines.setdefault(key, n)
         if not s.startswith("#") and (m := _BINARY.search(s)) and not s[:1].isdigit():
             pending_binary = m.group(1)
             meta.setdefault("command", s)
@@ -203,7 +213,7 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict]
     for key, name in (("NCCL_ALGO", "algorithm"), ("NCCL_PROTO", "protocol")):
         if key in meta["env"]:
             meta[name] = meta["env"][key]
-    return sections, meta
+    return sections, meta, env_lines
 
 
 def _timestamp_as_one_cell(header: list[str], tok: list[str]) -> list[str]:
@@ -244,7 +254,7 @@ def parse(path: Path, hints: Hints) -> Imported:
     path = Path(path)
     lines = read_lines(path)
     problems = log_problems.scan(path, lines, NCCL_TESTS_FAILURES + LAUNCHER_FAILURES)
-    sections, meta = _split_sections(path, lines)
+    sections, meta, env_lines = _split_sections(path, lines)
     sections = [s for s in sections if s.header is not None or s.rows]
     if not sections:
         raise UsageError(
@@ -327,9 +337,11 @@ def parse(path: Path, hints: Hints) -> Imported:
         backend = hints.backend or "nccl"
         timing = "blocking" if sec.blocking else "pipelined"
         world = len(sec.ranks) or p
+        by_size = regimes(path, sec.start, sec.tuning, op, p, meta["env"], env_lines, out.notes)
         for r in rows:
             tok = r["tok"]
             nbytes = size_cell(tok[col["size"]], f"{path}:{r['line']}")
+            algorithm, protocol, forced = by_size.get(nbytes, by_size[-1])
             dtype = TYPES.get(tok[col["type"]].lower(), tok[col["type"]].lower())
             if hints.dtype is not None and hints.dtype != dtype:
                 raise UsageError(
@@ -376,6 +388,9 @@ def parse(path: Path, hints: Hints) -> Imported:
                         placement=placement,
                         hosts_spanned=nodes,
                         count=count_cell(tok[col["count"]], f"{path}:{r['line']}", "count"),
+                        algorithm=algorithm,
+                        protocol=protocol,
+                        forced=forced,
                     )
                 )
         if sec.ranks:

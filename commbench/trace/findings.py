@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from commbench.calibration import Calibration
+from commbench.calibration.choice import asked_regime, regimes_of
 from commbench.errors import UsageError
 from commbench.sizes import format_size
 from commbench.trace.ops import P2P, CommOp
@@ -52,9 +53,13 @@ def predict_us(op: CommOp, cal: Calibration, nodes: tuple[int, ...]) -> float | 
     """The calibration's time for the same op, size, group size and placement, or None."""
     if op.bytes is None or not op.group_ranks:
         return None
+    link = link_class(op, nodes)
     try:
-        got = cal.explain(op.op, op.bytes, len(op.group_ranks), link_class(op, nodes),
-                          op.dtype, extrapolate=True)  # fmt: skip
+        # the series of the regime its kernel ran in, where the calibration pinned that one
+        ran = {"algorithm": op.algorithm, "protocol": op.protocol}
+        algorithm, protocol = asked_regime(ran, regimes_of(cal.series, op.op, link), "trace")
+        got = cal.explain(op.op, op.bytes, len(op.group_ranks), link, op.dtype,
+                          extrapolate=True, algorithm=algorithm, protocol=protocol)  # fmt: skip
     except (UsageError, ValueError, KeyError):
         return None
     return got.seconds * 1e6

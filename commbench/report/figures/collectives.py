@@ -30,14 +30,19 @@ from commbench.sizes import format_size
 if TYPE_CHECKING:
     from commbench.calibration import Line, SeriesModel
 
-KEY_EXTRAS = ("dtype", "backend", "timing", "placement")
+# `regime`: the NCCL algorithm/protocol a series' runs pinned (RING/SIMPLE), "" NCCL's choice
+KEY_EXTRAS = ("dtype", "backend", "timing", "placement", "regime")
 
 
 def curve_labels(curves: list[Curve]) -> list[str]:
-    """`p=4 intra`, plus dtype/backend/timing/placement where they differ between curves."""
+    """`p=4 intra`, plus dtype/backend/timing/placement/NCCL regime where they differ between
+    curves (NCCL's own choice reads `NCCL's choice` beside a pinned regime)."""
     vary = [f for f in KEY_EXTRAS if len({getattr(c.key, f) for c in curves}) > 1]
     return [
-        " ".join([f"p={c.key.group_size}", c.key.link_class] + [getattr(c.key, f) for f in vary])
+        " ".join(
+            [f"p={c.key.group_size}", c.key.link_class]
+            + [getattr(c.key, f) or "NCCL's choice" for f in vary]
+        )
         for c in curves
     ]
 
@@ -49,7 +54,7 @@ def _common(curves: list[Curve]) -> str:
         for f in KEY_EXTRAS
         if len({getattr(c.key, f) for c in curves}) == 1
     ]
-    return ", ".join(same)
+    return ", ".join(v for v in same if v)
 
 
 def _grid(ax) -> None:
