@@ -315,20 +315,12 @@ def nccl_steps(op: str, alg: str, p: int, nodes: int) -> tuple[float, float, flo
 
 
 def nccl_time(
-    op: str,
-    p: int,
-    nodes: int,
-    nbytes: float,
-    inter: float,
-    intra: float | None,
-    beta: float,
-    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
+    op: str, p: int, nodes: int, nbytes: float, inter: float, intra: float | None, beta: float
 ) -> tuple[float, str]:
-    """(seconds, algorithm) of the faster of NCCL's `algorithms` (ring and tree) with an
-    inter-node step of `inter` s, an intra-node one of `intra` (None: NVLINK_PER_NET x inter)
-    and beta s/byte."""
+    """(seconds, algorithm) of the faster of NCCL's ring and tree with an inter-node step of
+    `inter` s, an intra-node one of `intra` (None: NVLINK_PER_NET x inter) and beta s/byte."""
     best: tuple[float, str] | None = None
-    for alg in algorithms:
+    for alg in NCCL_ALGORITHMS:
         steps = nccl_steps(op, alg, p, nodes)
         if steps is None:
             continue

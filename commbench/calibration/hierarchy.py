@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 
 from commbench.calibration.algorithms import (
     NCCL,
-    NCCL_ALGORITHMS,
     nccl_inter_latency,
     nccl_steps,
     nccl_time,
@@ -93,20 +92,18 @@ def nccl_ratio(
     nbytes: float,
     measured: Measured,
     bandwidth_scale: float = 1.0,
-    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
-    faster of ring and tree (calibration.algorithms; at shape_to, of `algorithms`), and the
-    algorithm of each, on the terms _nccl_terms fits to the series; None where NCCL has no
-    model of op. `bandwidth_scale`: shape_to's bus bandwidth over shape_from's
-    (per_node_scale), 1 where it is the same."""
+    faster of ring and tree (calibration.algorithms), and the algorithm of each, on the terms
+    _nccl_terms fits to the series; None where NCCL has no model of op. `bandwidth_scale`:
+    shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it is the same."""
     (q, nq), (p, n) = shape_from, shape_to
     terms = _nccl_terms(intra, op, shape_from, nbytes, measured)
     if terms is None or n < 1 or p < n:
         return None
     step, hop, beta = terms
     base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
-    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale, algorithms)
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale)
     return (target / base, alg_q, alg_p) if base > 0 else None
 
 
