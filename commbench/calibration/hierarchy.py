@@ -18,12 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from commbench.calibration.algorithms import (
-    NCCL,
-    nccl_inter_latency,
-    nccl_steps,
-    nccl_time,
-)
+from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
 from commbench.calibration.band import DEFAULT_PRIORS, BandTerms, Priors, band_terms
 from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
@@ -127,8 +122,8 @@ def to_nodes(
         intra = intra.library  # both links priced under the same model
     notes = [link.note] if link.note else []
     if link.best_model == NCCL:
-        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, _measured(s, nbytes),
-                         bandwidth_scale)  # fmt: skip
+        measured = _measured(s, nbytes)
+        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale)
         chunked = chunk_ratio(s, op, shape_from, shape_to, nbytes)
         if chunked is not None and op != "allreduce":
             return chunked[0], chunked[1], notes
@@ -297,7 +292,6 @@ def series_to_nodes(
     per_node = per_node_scale(series, s, op, shape_to, nbytes) if link.best_model == NCCL else None
     scale = per_node[0] if per_node is not None else 1.0
     shape_from = (s.key.group_size, n_from)
-
     got = to_nodes(link, intra, op, shape_from, shape_to, nbytes, s, scale)
     if got is None:
         return None
