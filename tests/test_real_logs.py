@@ -5,9 +5,11 @@ shared folder."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
+from statistics import median
 
 import pytest
 from fit_samples import nccl_tests_new
@@ -288,3 +290,28 @@ def test_plan_prices_a_group_of_256_nodes_from_2_and_8(tmp_path, capsys):
     assert m, band
     t, lo, hi = (float(x) for x in m.groups())
     assert lo < t < hi
+
+
+@NEEDS_LOGS
+def test_size_0_rows_are_not_scaled_by_steps(tmp_path, capsys):
+    """nccl-tests prints sizes under 4 x ranks bytes as 0 (Polaris' all-gather at 256 nodes: 26
+    rows): NCCL moves nothing for them at any group size, so 8 nodes' 0-byte time is 256
+    nodes' too, not 33x it by the ring's steps (it was: +3350% on each)."""
+    from commbench import cli
+
+    runs = []
+    for n in (2, 8, 256):
+        log = REAL_LOGS / f"a100_{n}x4_allgather_polaris-nccl221-env5.txt"
+        assert cli.main(["import", "nccl-tests", str(log), "--results", str(tmp_path),
+                         "--run-id", f"n{n}"]) == 0  # fmt: skip
+        runs.append(str(tmp_path / f"n{n}"))
+    cal = tmp_path / "cal.json"
+    assert cli.main(["fit", *runs[:2], "-o", str(cal)]) == 0
+    capsys.readouterr()
+    assert cli.main(["validate", "--calibration", str(cal), runs[2], "--extrapolate",
+                     "--json"]) == 0  # fmt: skip
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    zero = [r for r in rows if r["bytes"] == 0]
+    assert len(zero) >= 20 and all(r["abs_error"] < 0.5 for r in zero), zero[:2]
+    assert all(r["method"].startswith("0 bytes: nothing moves") for r in zero)
+    assert median(r["abs_error"] for r in rows) < 0.10
