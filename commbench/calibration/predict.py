@@ -12,7 +12,8 @@ measured uses the same op/link/group size in another dtype, same element size fi
 bytes; (3) a group size not measured scales the series of the nearest measured group size q
 (in log2 distance, ties to the larger) by the link table's best model:
 t(p, S) = t_q(S) * M(op, p, S) / M(op, q, S) with M = alpha A(op, p) + beta B(op, p) S
-(Thakur, Rabenseifner & Gropp 2005); (4) an op never measured on that link uses M directly.
+(Thakur, Rabenseifner & Gropp 2005), except 0 bytes, which keeps the 0-byte time measured at q
+(nothing moves); (4) an op never measured on that link uses M directly.
 A link class with nothing measured (no series, no link table) is refused even then. On a
 reference calibration the link table is the statement itself, so (3)-(4) need no extrapolate.
 """
