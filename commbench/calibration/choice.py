@@ -5,7 +5,7 @@ first), and by the NCCL regime asked for (choose_regime); which regime a record 
 
 from __future__ import annotations
 
-from commbench.calibration.lines import SeriesModel
+from commbench.calibration.lines import LinkModel, SeriesModel
 from commbench.calibration.series_key import regime_of
 from commbench.errors import UsageError
 from commbench.nccl_names import canonical, label
@@ -102,3 +102,19 @@ def asked_regime(rec: dict, have: set[tuple[str, str]], where: str) -> tuple[str
     if any(mine) and mine in have:
         return mine
     return (None, None)
+
+
+def resolve_backend(
+    cands: list[SeriesModel], links: list[LinkModel], backend: str | None, link_class: str,
+    where: str,
+) -> str | None:  # fmt: skip
+    """The backend asked, else the only one the candidates (or link_class's links) have; a
+    UsageError naming them where there are several."""
+    if backend is not None:
+        return backend
+    names = sorted({s.key.backend for s in cands})
+    if not names:
+        names = sorted({x.backend for x in links if x.link_class == link_class})
+    if len(names) > 1:
+        raise UsageError(f"{where} has several backends ({', '.join(names)}): pass backend=")
+    return names[0] if names else None

@@ -29,6 +29,7 @@ from commbench.calibration.choice import (
     TIMING_PREFERENCE,
     choose_regime,
     prefer,
+    resolve_backend,
     spelled,
 )
 from commbench.calibration.costmodels import MODELLED_OPS
@@ -223,7 +224,9 @@ class Calibration:
             and (backend is None or s.key.backend == backend)
             and s.key.op in ops
         ]
-        backend = self._resolve_backend(on_link, backend, link_class, want)
+        backend = resolve_backend(
+            on_link, self.links, backend, link_class, f"{want}: {self.source}"
+        )
         on_link = [s for s in on_link if s.key.backend == backend] if backend else on_link
         if OPS[op].priced_from and any(s.key.op == op for s in on_link):
             on_link = [s for s in on_link if s.key.op == op]
@@ -279,18 +282,6 @@ class Calibration:
         return self._extrapolate(
             op, nbytes, group_size, link_class, dtype, backend, on_link, want, nodes
         )
-
-    def _resolve_backend(self, cands, backend, link_class, want) -> str | None:
-        if backend is not None:
-            return backend
-        names = sorted({s.key.backend for s in cands})
-        if not names:
-            names = sorted({x.backend for x in self.links if x.link_class == link_class})
-        if len(names) > 1:
-            raise UsageError(
-                f"{want}: {self.source} has several backends ({', '.join(names)}): pass backend="
-            )
-        return names[0] if names else None
 
     def _link(self, backend, link_class, timing=None) -> LinkModel | None:
         links = [x for x in self.links if x.link_class == link_class]
