@@ -194,6 +194,15 @@ def test_runs_of_different_settings_fitted_together_warn_naming_both():
     assert "OMP_NUM_THREADS" not in w
     assert mixed_settings([a, dict(a, run_id="c")]) == []
     assert mixed_settings([a, dict(b, backend="mpi")]) == []  # other backends: not compared
+    # NCCL_ALGO / NCCL_PROTO that pin a name (for any collective) key series apart: no blend;
+    # a list or an exclusion lets NCCL choose, so the runs do blend
+    c = dict(a, run_id="c")
+    for pin in ("Ring", "allreduce:Tree", "allgather:Ring;allreduce:Tree"):
+        assert mixed_settings([a, dict(c, env={"NCCL_ALGO": pin})]) == [], pin
+    assert mixed_settings([a, dict(c, env={"NCCL_PROTO": "LL128"})]) == []
+    for free in ("Ring,Tree", "^Tree"):
+        (w,) = mixed_settings([a, dict(c, env={"NCCL_ALGO": free})])
+        assert f"NCCL_ALGO unset vs {free}" in w
 
 
 @NEEDS_LOGS

@@ -10,6 +10,9 @@ NCCL_PROTO that pins one name in both: such runs are fitted as series of their o
 
 from __future__ import annotations
 
+from commbench.errors import UsageError
+from commbench.nccl_names import NCCL_FUNCS, pinned
+
 SETTING_PREFIXES = ("NCCL_", "FI_")
 # settings whose single-name values the fitter files apart (SeriesKey algorithm / protocol)
 REGIME_SETTINGS = ("NCCL_ALGO", "NCCL_PROTO")
@@ -25,11 +28,21 @@ def _settings(prov: dict) -> dict[str, str]:
 
 def _apart(key: str, a: str | None, b: str | None) -> bool:
     """Whether two runs' different values of `key` keep their series apart: NCCL_ALGO /
-    NCCL_PROTO where either names one algorithm or protocol (the other's series is then
-    another pinned one or NCCL's choice); a list, an exclusion or unset lets NCCL choose."""
-    return key in REGIME_SETTINGS and any(
-        v is not None and not any(c in v for c in ",^;:") for v in (a, b)
-    )
+    NCCL_PROTO where either pins one name for some collective (nccl_names.pinned, the rule
+    the importer keys series by: `Ring`, `allreduce:Ring`); a list, an exclusion, unset or a
+    name NCCL does not know lets NCCL choose, so the runs blend."""
+    if key not in REGIME_SETTINGS:
+        return False
+    kind = "algorithm" if key == "NCCL_ALGO" else "protocol"
+    try:
+        return any(
+            pinned(kind, v, op, key) is not None
+            for v in (a, b)
+            if v is not None
+            for op in set(NCCL_FUNCS.values())
+        )
+    except UsageError:
+        return False
 
 
 def mixed_settings(runs: list[dict]) -> list[str]:
