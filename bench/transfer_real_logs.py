@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from commbench import cli  # noqa: E402
 from commbench.calibration.band import BandTerms, Priors  # noqa: E402
+from commbench.results.rundir import RECORDS, read_records  # noqa: E402
 
 LOGS = REPO.parent / "shared" / "real-logs"
 LARGE = 1 << 20
@@ -324,12 +325,12 @@ def untransferred(logs: list[Log]) -> list[str]:
 
 def _times(run_dir: Path) -> dict[int, float]:
     """Out-of-place time (s) per size >= LARGE of an imported log."""
-    out = {}
-    for line in (run_dir / "records.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r["placement"] == "out-of-place" and r["bytes"] >= LARGE:
-            out[r["bytes"]] = r["time_us"] / 1e6
-    return out
+    records = read_records(run_dir / RECORDS).records
+    return {
+        r["bytes"]: r["time_us"] / 1e6
+        for r in records
+        if r["placement"] == "out-of-place" and r["bytes"] >= LARGE
+    }
 
 
 def twins(logs: list[Log], ws: Workspace) -> list[str]:
