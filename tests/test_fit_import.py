@@ -89,6 +89,41 @@ def test_nccl_tests_ambiguous_op_needs_the_flag(tmp_path):
     assert nccl_tests.parse(path, Hints(op="alltoall")).records[0]["op"] == "alltoall"
 
 
+def test_nccl_tests_job_of_tests_back_to_back_names_each_binary(tmp_path):
+    """nccl-tests >= 2.17 heads each test `# Collective test starting: X_perf`: in one job's
+    log of all_gather then reduce_scatter (one bus factor, so the ratio cannot tell them
+    apart) each section takes the op its own line names."""
+    parts = [
+        f"# Collective test starting: {binary}\n{nccl_tests_new(op=op, binary=None, redop=redop)}"
+        f"# Collective test concluded: {binary}\n"
+        for op, binary, redop in (
+            ("allgather", "all_gather_perf", "none"),
+            ("reduce_scatter", "reduce_scatter_perf", "sum"),
+        )
+    ]
+    imp = nccl_tests.parse(log(tmp_path, "job.log", "".join(parts)), Hints())
+    assert [r["op"] for r in imp.records[::50]] == ["allgather", "reduce_scatter"]
+    assert len(imp.records) == 100
+
+
+@pytest.mark.parametrize("prefix", ["0: ", "  3: ", "[1,0]<stdout>: ", "[1,0]<stdout>:"])
+def test_nccl_tests_lines_tagged_by_the_launcher(tmp_path, prefix):
+    """srun --label and mpirun --tag-output put the rank before every line: the same records,
+    at the same line numbers, as the untagged log."""
+    text = nccl_tests_new()
+    plain = nccl_tests.parse(log(tmp_path, "plain.log", text), Hints())
+    tagged_text = "".join(prefix + line for line in text.splitlines(keepends=True))
+    tagged = nccl_tests.parse(log(tmp_path, "tagged.log", tagged_text), Hints())
+    assert len(tagged.records) == len(plain.records) == 50
+    for a, b in zip(tagged.records, plain.records, strict=True):
+        assert (a["bytes"], a["time_us"], a["source"]["line"]) == (
+            b["bytes"],
+            b["time_us"],
+            b["source"]["line"],
+        )
+    assert tagged.meta["nccl_version"] == plain.meta["nccl_version"]
+
+
 def test_nccl_tests_multi_node_is_inter(tmp_path):
     imp = nccl_tests.parse(log(tmp_path, "x.log", nccl_tests_new(ranks=16, hosts=2)), Hints())
     assert imp.records[0]["link_class"] == "inter" and imp.records[0]["group_size"] == 16

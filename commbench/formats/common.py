@@ -234,11 +234,19 @@ def count_cell(text: str, where: str, what: str, least: int = 0) -> int:
     return value
 
 
+# what a launcher writes before each line of a rank's output: srun --label (`0: `), Open MPI's
+# mpirun --tag-output (`[1,0]<stdout>: `)
+_LAUNCHER_PREFIX = re.compile(r"^(?:\s*\d+: |\[\d+,\d+\]<std(?:out|err)>: ?)")
+
+
 def read_lines(path: Path) -> list[str]:
+    """The file's lines, each without the prefix a launcher tags a rank's output with (line
+    numbers kept: a message's file:line points at the file as it is)."""
     try:
-        return Path(path).read_text(errors="replace").splitlines()
+        text = Path(path).read_text(errors="replace")
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    return [_LAUNCHER_PREFIX.sub("", line, count=1) for line in text.splitlines()]
 
 
 _KNOWN_DTYPES = (

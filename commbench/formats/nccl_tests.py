@@ -62,6 +62,7 @@ _RANK = re.compile(
     r"(?:\s+\[[^\]]*\])?\s*(.*)$"
 )
 _HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
+_STARTING = re.compile(r"^#\s*Collective test starting:\s*(\w+)_perf\b")
 _VERSION = re.compile(r"NCCL version (\S+)")
 # a version named in a comment line (`# software: NCCL 2.21.5 ...`), used when no NCCL line says it
 _MENTION = re.compile(r"^#.*?\bNCCL (\d+\.\d+(?:\.[0-9x]+)?)")
@@ -88,6 +89,7 @@ TYPES = {
 }
 # old layout: `error` is the largest deviation; above this it counts as wrong data
 ERROR_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
+CHECKS = ("#wrong", "error")  # the check column: current layout, old layout
 
 
 def _infer_op(rows: list[dict], p: int) -> str | None:
@@ -181,6 +183,9 @@ def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict,
             pending_binary = m.group(1)
             meta.setdefault("command", s)
             continue
+        if m := _STARTING.match(s):  # nccl-tests >= 2.17 names the binary of each test
+            pending_binary = m.group(1)
+            continue
         if m := _NTHREAD.match(s):
             cur = _Section(n, pending_binary)
             pending_binary = None
@@ -235,15 +240,7 @@ def _columns(header: list[str], where: str) -> tuple[list[str], list[dict]]:
     groups = []
     for i in times:
         names = header[i : i + 4]
-        if (
-            names[1:3] != ["algbw", "busbw"]
-            or len(names) < 4
-            or names[3]
-            not in (
-                "#wrong",
-                "error",
-            )
-        ):
+        if names[1:3] != ["algbw", "busbw"] or len(names) < 4 or names[3] not in CHECKS:
             raise UsageError(f"{where}: unknown nccl-tests layout (columns {header})")
         groups.append({"time": i, "algbw": i + 1, "busbw": i + 2, "check": i + 3, "kind": names[3]})
     return lead, groups
