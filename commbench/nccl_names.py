@@ -102,3 +102,17 @@ def pinned(kind: str, setting: str, op: str, where: str) -> str | None:
         items = [canonical(kind, e, where) for e in elems.strip().lstrip("^").split(",") if e]
         chosen = items[0] if len(items) == 1 and not exclude else None
     return chosen
+
+
+# the settings that pin a regime, and the record field each pins
+REGIME_SETTINGS = {"algorithm": "NCCL_ALGO", "protocol": "NCCL_PROTO"}
+
+
+def env_pins(op: str, env: dict, where: dict[str, str]) -> dict[str, str]:
+    """{"algorithm": ..., "protocol": ...}: what `env`'s NCCL_ALGO / NCCL_PROTO pin for `op`
+    (pinned), only those that leave one name; where[var] names the setting in an error."""
+    pins = {}
+    for kind, var in REGIME_SETTINGS.items():
+        if var in env and (one := pinned(kind, str(env[var]), op, where[var])) is not None:
+            pins[kind] = one
+    return pins

@@ -514,3 +514,53 @@ def test_a_hand_edited_forced_field_is_named(tmp_path, forced, message):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     with pytest.raises(UsageError, match=message):
         collect(read_fit_runs([run]))
+
+
+def test_commbench_s_own_nccl_runs_stamp_what_their_environment_pins(monkeypatch):
+    """`commbench run` on nccl keys its records by NCCL_ALGO / NCCL_PROTO as an import does:
+    per op, only a setting that leaves one name pins; other backends ignore both."""
+    from commbench.measure.runner import nccl_regimes
+
+    monkeypatch.setenv("NCCL_ALGO", "allreduce:Tree;allgather:Ring,PAT")
+    monkeypatch.setenv("NCCL_PROTO", "Simple")
+    pins = nccl_regimes("nccl")
+    assert pins["allreduce"] == {"algorithm": "TREE", "protocol": "SIMPLE"}
+    assert pins["allgather"] == {"protocol": "SIMPLE"}  # Ring,PAT lets NCCL choose
+    assert nccl_regimes("gloo") == {} and nccl_regimes("mpi") == {}
+    monkeypatch.setenv("NCCL_ALGO", "Rnig")
+    with pytest.raises(UsageError, match="environment variable NCCL_ALGO.*Rnig"):
+        nccl_regimes("nccl")
+
+
+def test_a_run_s_pinned_records_fit_apart_from_nccl_s_choice(tmp_path):
+    """Sweep records of `commbench run` on nccl under NCCL_ALGO=Ring and under NCCL's choice
+    (the fields as the runner writes them, read back as SweepRecords): two series, not one
+    blend."""
+    from commbench.results.records import SweepRecord, fields_of
+
+    def run(name: str, pins: dict, us_per_byte: float) -> None:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "meta.json").write_text(json.dumps({"run_id": name, "backend": "nccl"}))
+        rows = []
+        for k in range(10, 24):
+            t = 10.0 + (1 << k) * us_per_byte
+            rec = SweepRecord(
+                kind="collective", backend="nccl",
+                label="allreduce", op="allreduce", dtype="float32", bytes=1 << k,
+                count=(1 << k) // 4, axis="world", group_size=8, groups=1, stride=1,
+                hosts_spanned=2, link_class="inter", world_size=8, iters=20, warmup=5,
+                time_us=t, time_mean_us=t, time_min_us=t, time_p95_us=t, algbw_GBps=1.0,
+                busbw_GBps=1.0, wrong=0, checked=True, timing="per-iteration", loop="host",
+                isolated=False, per_group_us=[t], algorithm=pins.get("algorithm"),
+                protocol=pins.get("protocol"), forced=sorted(pins) or None,
+            )  # fmt: skip
+            row = fields_of(rec)
+            assert fields_of(SweepRecord.from_json(row)) == row
+            rows.append(json.dumps({"schema_version": 1, "run_id": name, **row}))
+        (d / "records.jsonl").write_text("\n".join(rows) + "\n")
+
+    run("ring", {"algorithm": "RING"}, 1e-4)
+    run("chosen", {}, 2e-4)
+    got = collect(read_fit_runs([tmp_path / "ring", tmp_path / "chosen"]))
+    assert sorted(k.regime for k in got.series) == ["", "RING/*"]

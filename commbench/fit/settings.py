@@ -11,11 +11,11 @@ NCCL_PROTO that pins one name in both: such runs are fitted as series of their o
 from __future__ import annotations
 
 from commbench.errors import UsageError
-from commbench.nccl_names import NCCL_FUNCS, pinned
+from commbench.nccl_names import NCCL_FUNCS, REGIME_SETTINGS, pinned
 
 SETTING_PREFIXES = ("NCCL_", "FI_")
 # settings whose single-name values the fitter files apart (SeriesKey algorithm / protocol)
-REGIME_SETTINGS = ("NCCL_ALGO", "NCCL_PROTO")
+REGIME_KIND = {var: kind for kind, var in REGIME_SETTINGS.items()}
 
 
 def _settings(prov: dict) -> dict[str, str]:
@@ -31,9 +31,9 @@ def _apart(key: str, a: str | None, b: str | None) -> bool:
     NCCL_PROTO where either pins one name for some collective (nccl_names.pinned, the rule
     the importer keys series by: `Ring`, `allreduce:Ring`); a list, an exclusion, unset or a
     name NCCL does not know lets NCCL choose, so the runs blend."""
-    if key not in REGIME_SETTINGS:
+    if key not in REGIME_KIND:
         return False
-    kind = "algorithm" if key == "NCCL_ALGO" else "protocol"
+    kind = REGIME_KIND[key]
     try:
         return any(
             pinned(kind, v, op, key) is not None

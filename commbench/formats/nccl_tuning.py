@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from commbench.nccl_names import NCCL_FUNCS, canonical, pinned
+from commbench.nccl_names import NCCL_FUNCS, REGIME_SETTINGS, canonical, env_pins
 
 # a tuning line in any of the three formats: (collective or None, bytes, algorithm, protocol)
 TUNING = re.compile(r"(?:\b([A-Za-z]+): )?(\d+) Bytes -> Algo (\S+) proto (\S+)")
@@ -38,11 +38,8 @@ def regimes(
     """Per size S of the section starting at line `start` (its `tuning` lines): (algorithm, protocol, forced) NCCL ran it in, from its tuning
     lines (what NCCL chose, or was made to run) and the log's NCCL_ALGO / NCCL_PROTO where one
     pins a single name for `op`; a size absent ran in what the settings pin (key -1)."""
-    pins: dict[str, str | None] = {}
-    for kind, var in (("algorithm", "NCCL_ALGO"), ("protocol", "NCCL_PROTO")):
-        if var in env:
-            where = f"{path}:{env_lines.get(var, 1)}: {var}"
-            pins[kind] = pinned(kind, str(env[var]), op, where)
+    stated = {var: f"{path}:{env_lines.get(var, 1)}: {var}" for var in REGIME_SETTINGS.values()}
+    pins = env_pins(op, env, stated)
     seen: dict[int, set[tuple[str, str]]] = {}
     for n, m in tuning:
         func, nbytes, algo, proto = m.groups()

@@ -9,6 +9,7 @@ size within a time budget per point. The runner never names a pattern.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from commbench.measure.transport.base import (
     Communicator,
     Fn,
 )
+from commbench.nccl_names import NCCL_FUNCS, REGIME_SETTINGS, env_pins
 from commbench.ops import OPS, bus_factor, record_bytes, step_buffer_bytes
 from commbench.ops.checkdata import exact_sum
 from commbench.ops.spec import overlap_pct
@@ -111,6 +113,16 @@ def preempted(fn: Fn, seconds: float) -> Fn:
     return late
 
 
+def nccl_regimes(backend: str) -> dict[str, dict[str, str]]:
+    """Per op, what this process's NCCL_ALGO / NCCL_PROTO pin on the nccl backend (records'
+    algorithm, protocol and forced, as an imported log's); read once, on every rank, so a name
+    NCCL does not know is one error before anything is measured."""
+    if backend != "nccl":
+        return {}
+    where = {var: f"environment variable {var}" for var in REGIME_SETTINGS.values()}
+    return {op: env_pins(op, dict(os.environ), where) for op in set(NCCL_FUNCS.values())}
+
+
 class Runner:
     """Measures Steps on the world's sub-groups, reusing one buffer pool and cached splits."""
 
@@ -135,6 +147,7 @@ class Runner:
         self._on_point = on_point or (lambda point: None)
         self._preempt_s = preempt_s or (lambda point: 0.0)  # faults.py's `preempt`, tests only
         self.points = 0  # measure() calls so far: the same count on every rank
+        self.regimes = nccl_regimes(world.backend)
 
     def reserve(self, steps: list[tuple[Step, GroupInfo]]) -> None:
         """Allocate buffers once for the largest of these steps."""
@@ -374,4 +387,7 @@ class Runner:
             compute_us=None if with_compute is None else compute * 1e6,
             overlap_pct=None if with_compute is None else overlap_pct(with_compute, compute, t),
             ack=acks.pop(),
+            algorithm=(pins := self.regimes.get(step.op, {})).get("algorithm"),
+            protocol=pins.get("protocol"),
+            forced=sorted(pins) or None,
         )

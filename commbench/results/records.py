@@ -163,6 +163,9 @@ class Measurement(JsonRecord):
         "compute_us",
         "overlap_pct",
         "ack",
+        "algorithm",
+        "protocol",
+        "forced",
     )
 
     op: str
@@ -208,6 +211,11 @@ class Measurement(JsonRecord):
     # broadcast root waits for every receiver; `from-root`: reduce's senders wait for the root),
     # so the time is the op's completion at its last rank; None where none (runs before it)
     ack: str | None = None
+    # the NCCL algorithm / protocol the run's NCCL_ALGO / NCCL_PROTO pinned for the op, and
+    # which of them (`forced`, as imported records say it): the fitter's series key
+    algorithm: str | None = None
+    protocol: str | None = None
+    forced: list[str] | None = None
 
 
 @dataclass(kw_only=True)
