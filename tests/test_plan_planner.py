@@ -295,6 +295,9 @@ def test_plan_json_layout(tmp_path):
             {"label": "a", "comm_share": -1},
             "configs[0].comm_share: must be a non-negative fraction",
         ),
+        ({"label": "a", "step_band_s": [2.0]}, "configs[0].step_band_s: must be [low, high]"),
+        ({"label": "a", "step_band_s": [2.0, 1.0]}, "configs[0].step_band_s: must be [low, high]"),
+        ({"label": "a", "step_band_s": "1-2"}, "configs[0].step_band_s: must be a JSON list"),
     ],
 )
 def test_plan_file_names_the_bad_field(config, message):

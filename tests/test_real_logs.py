@@ -271,11 +271,8 @@ def test_a_calibration_records_its_band_and_predicts_with_it(tmp_path):
     assert t2 == t and hi2 > hi and lo2 < lo
 
 
-@NEEDS_LOGS
-def test_plan_prices_a_group_of_256_nodes_from_2_and_8(tmp_path, capsys):
-    """`plan --explain` on a calibration of Polaris' 2 + 8 node logs: a data-parallel group of
-    1024 GPUs on 256 nodes is priced at the same per-peer chunk, from the 8-node series, and
-    the axis says its band (each op's, summed) instead of the prior alone."""
+def polaris_calibration(tmp_path: Path) -> Path:
+    """A calibration fitted on Polaris' 2 + 8 node logs (NCCL 2.21.5, setting 5)."""
     from commbench import cli
 
     runs = []
@@ -287,6 +284,52 @@ def test_plan_prices_a_group_of_256_nodes_from_2_and_8(tmp_path, capsys):
             runs.append(str(tmp_path / log.stem))
     cal = tmp_path / "cal.json"
     assert cli.main(["fit", *runs, "-o", str(cal)]) == 0
+    return cal
+
+
+@NEEDS_LOGS
+def test_plan_ranks_with_each_step_s_band_and_flags_the_configs_it_cannot_order(tmp_path, capsys):
+    """Ranking on 256 nodes from 2 + 8: each config whose ops span more nodes than measured
+    carries its step's band (every banded op at its band's ends) around its step; the table
+    flags `~` exactly the configs below #1 whose band reaches into #1's, and the JSON plan
+    keeps the bands."""
+    from commbench import cli
+    from commbench.results.planfile import PlanFile
+
+    cal = polaris_calibration(tmp_path)
+    capsys.readouterr()
+    args = ["plan", "--model", "llama-7b", "--gpus", "1024", "--gpus-per-node", "4",
+            "--gpu-memory", "40", "--calibration", str(cal), "--extrapolate", "--top", "12"]  # fmt: skip
+    assert cli.main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    configs = PlanFile.from_json(doc, "plan").configs
+    banded = [c for c in configs if c.step_band_s is not None]
+    assert banded, "no config priced beyond the measured 8 nodes"
+    for c in banded:
+        lo, hi = c.step_band_s
+        assert lo < c.time_s.step < hi, c.label
+    top_hi = configs[0].step_band_s[1] if configs[0].step_band_s else None
+    tied = {
+        c.rank
+        for c in configs[1:]
+        if top_hi is not None and (c.step_band_s[0] if c.step_band_s else c.time_s.step) <= top_hi
+    }
+    assert cli.main(args) == 0
+    text = capsys.readouterr().out
+    rows = [line.split() for line in text.splitlines() if line[:5].strip().isdigit()]
+    assert tied and {int(r[0]) for r in rows if r[-1].endswith("~")} == tied
+    (line,) = [x for x in text.splitlines() if x.startswith("# band: #1's step")]
+    assert ("reach into that band" in line) == bool(tied)
+
+
+@NEEDS_LOGS
+def test_plan_prices_a_group_of_256_nodes_from_2_and_8(tmp_path, capsys):
+    """`plan --explain` on a calibration of Polaris' 2 + 8 node logs: a data-parallel group of
+    1024 GPUs on 256 nodes is priced at the same per-peer chunk, from the 8-node series, and
+    the axis says its band (each op's, summed) instead of the prior alone."""
+    from commbench import cli
+
+    cal = polaris_calibration(tmp_path)
     capsys.readouterr()
     assert cli.main(["plan", "--model", "llama-7b", "--gpus", "1024", "--gpus-per-node", "4",
                      "--explain", "tp1-cp1-dp1024-pp1-z0", "--calibration", str(cal),

@@ -118,6 +118,18 @@ class ProgramEstimate:
     def extrapolated(self) -> bool:
         return any(s.extrapolated for s in self.steps)
 
+    def comm_band_s(self) -> tuple[float, float] | None:
+        """comm_s with every banded step (band_s) at the low end of its band, and at the high
+        end; None where no step has a band or one could not be priced."""
+        moves = [
+            (s.band_s[0] - s.total_s, s.band_s[1] - s.total_s)
+            for s in self.steps
+            if s.band_s is not None and s.total_s is not None
+        ]
+        if not moves or self.comm_s is None:
+            return None
+        return self.comm_s + sum(m[0] for m in moves), self.comm_s + sum(m[1] for m in moves)
+
 
 def busiest_bytes(step: Step) -> int:
     """S at which a step is priced: alltoallv the largest per-rank send or receive total."""

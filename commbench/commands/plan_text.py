@@ -136,9 +136,11 @@ def table(result, top: int, out) -> None:
         ],
         out,
     )
+    ties = tied_with_first(result.ranked[:top])
     for e in result.ranked[:top]:
         c, ti = e.config, e.times
         flags = ("COMM" if e.comm_bound else "") + ("*" if e.extrapolated else "")
+        flags += "~" if e.rank in ties else ""
         t.row(
             e.rank,
             c.label + ("" if c.order == result.ranked[0].config.order else "@"),
@@ -164,13 +166,41 @@ def table(result, top: int, out) -> None:
     )
     out.write(
         "# flag COMM: communication > 30% of the step; *: a prediction extrapolated beyond the "
-        "calibration; @: not the Megatron rank order (see --json for the order)\n"
+        "calibration; ~: within the band of #1's step; @: not the Megatron rank order (see "
+        "--json for the order)\n"
     )
+    first = result.ranked[0] if result.ranked else None
+    if first is not None and first.step_band_s is not None:
+        lo, hi = first.step_band_s
+        out.write(
+            f"# band: #1's step {_s(first.step_s)} s lies between {_s(lo)} and {_s(hi)} s, its "
+            "ops over more nodes than the calibration measured at their band's ends"
+            + (
+                f"; {len(ties)} config(s) ranked below it reach into that band (~): the "
+                "calibration cannot order them, measure at the target's node count"
+                if ties
+                else "; no config below it reaches into that band"
+            )
+            + "\n"
+        )
     notes = sorted({n for e in result.ranked[:top] for n in e.notes})
     for n in notes:
         out.write(f"# note: {n}\n")
     for line in result.findings:
         out.write(f"# finding: {line}\n")
+
+
+def tied_with_first(ranked: list) -> set[int]:
+    """Ranks below #1 whose step (its band's low end, where it has one) is within #1's band:
+    configs the calibration's uncertainty cannot put behind #1."""
+    if not ranked or ranked[0].step_band_s is None:
+        return set()
+    top_hi = ranked[0].step_band_s[1]
+    return {
+        e.rank
+        for e in ranked[1:]
+        if (e.step_band_s[0] if e.step_band_s is not None else e.step_s) <= top_hi
+    }
 
 
 def rejected_lines(result, out) -> None:

@@ -234,18 +234,24 @@ class Planner:
         axes = [a for a in ("tp", "cp", "ep", "dp", "pp") if getattr(cfg, a) > 1]
         for est in estimates.values():
             axes += [s.axis for s in est.steps if s.axis not in axes]
-        infer = None
+        infer, band = None, None
         if req.mode == "infer" and not any(e.error for e in estimates.values()):
             infer = inference.inference_times(req, cfg, estimates)
             time = infer.decode
         else:
-            time = step_time(
-                RoleTimes.of(estimates),
-                compute_s=self.compute_s,
-                pp=cfg.pp,
-                micro_batches=cfg.micro_batches * cfg.virtual_stages,  # chunk passes
-                overlap_dp=req.overlap_dp,
-            )
+            ends = [
+                step_time(
+                    RoleTimes.of(estimates, end),
+                    compute_s=self.compute_s,
+                    pp=cfg.pp,
+                    micro_batches=cfg.micro_batches * cfg.virtual_stages,  # chunk passes
+                    overlap_dp=req.overlap_dp,
+                )
+                for end in (None, 0, 1)
+                if end is None or any(e.comm_band_s() for e in estimates.values())
+            ]
+            time = ends[0]
+            band = (ends[1].step, ends[2].step) if len(ends) == 3 else None
         return Evaluation(
             config=cfg,
             placement=self.placement(layout, axes),
@@ -256,6 +262,7 @@ class Planner:
             fits=mem["total"] <= req.gpu_memory_gb * GB,
             notes=sorted({n for est in estimates.values() for s in est.steps for n in s.notes}),
             inference=infer,
+            step_band_s=band,
         )
 
     def errors(self, ev: Evaluation) -> list[str]:

@@ -39,6 +39,9 @@ class Evaluation:
     notes: list[str] = field(default_factory=list)
     rank: int = 0
     inference: InferenceTimes | None = None  # --mode infer: prefill, TPOT, throughput
+    # the step with every banded op at its band's low / high end (StepTime of RoleTimes.of's
+    # ends); None where no op is banded
+    step_band_s: tuple[float, float] | None = None
     chosen: list[str] = field(default_factory=list)  # --explain: what it set or picked
 
     @property
@@ -91,6 +94,7 @@ class Evaluation:
             comm_share=self.comm_share,
             comm_bound=self.comm_bound,
             extrapolated=self.extrapolated,
+            step_band_s=None if self.step_band_s is None else list(self.step_band_s),
             notes=self.notes,
             programs=programs,
             inference=None if self.inference is None else self.inference.as_dict(),

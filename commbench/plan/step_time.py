@@ -26,14 +26,16 @@ class RoleTimes:
     gradient_s: float  # GRADIENT: the DP all-reduce or ZeRO traffic
 
     @classmethod
-    def of(cls, estimates: Mapping[str, ProgramEstimate]) -> RoleTimes:
-        """Group the estimates of a step's Programs (keyed by pattern name) by role."""
+    def of(cls, estimates: Mapping[str, ProgramEstimate], end: int | None = None) -> RoleTimes:
+        """Group the estimates of a step's Programs (keyed by pattern name) by role; `end` 0
+        or 1: each in-layer and gradient op with a band at its low or high end."""
         in_layer: dict[str, float] = {}
         pipeline: ProgramEstimate | None = None
         gradient = 0.0
         for name, est in estimates.items():
             spec = patterns.get(name)
-            comm = est.comm_s or 0.0
+            band = est.comm_band_s() if end is not None else None
+            comm = band[end] if band is not None and end is not None else (est.comm_s or 0.0)
             if spec.role is Role.IN_LAYER:
                 assert spec.axis is not None
                 in_layer[spec.axis] = in_layer.get(spec.axis, 0.0) + comm

@@ -61,6 +61,19 @@ def _config_fields(c: object, where: str) -> dict[str, Any]:
     }
 
 
+def _band(c: dict, where: str) -> list[float] | None:
+    """A config's step_band_s: [low, high] seconds, or None where absent."""
+    band = _typed(c, "step_band_s", list, None, where)
+    if band is None:
+        return None
+    if len(band) != 2:
+        raise UsageError(f"{where}.step_band_s: must be [low, high] seconds, got {band!r}")
+    lo, hi = (_number(v, f"{where}.step_band_s") for v in band)
+    if lo is None or hi is None or lo > hi:
+        raise UsageError(f"{where}.step_band_s: must be [low, high] seconds, got {band!r}")
+    return [lo, hi]
+
+
 # ---- the records ------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class PlanTimes:
@@ -154,6 +167,9 @@ class PlannedConfig:
     comm_share: float | None = None
     comm_bound: bool | None = None
     extrapolated: bool | None = None
+    # the step with every banded op (groups over more nodes than measured) at its band's low
+    # and high end (calibration/band.py); absent where none is banded
+    step_band_s: list[float] | None = None
     notes: list[str] = field(default_factory=list)
     programs: dict[str, list[dict[str, Any]]] | None = None
     inference: dict[str, Any] | None = None
@@ -162,7 +178,7 @@ class PlannedConfig:
         out = dict(self.__dict__)
         out["placement"] = {a: p.to_json() for a, p in self.placement.items()}
         out["time_s"] = self.time_s.to_json()
-        for key in ("programs", "inference"):
+        for key in ("step_band_s", "programs", "inference"):
             if out[key] is None:
                 del out[key]
         return out
@@ -196,6 +212,7 @@ class PlannedConfig:
             comm_share=_number(c.get("comm_share"), f"{where}.comm_share", "fraction"),
             comm_bound=_typed(c, "comm_bound", bool, None, where),
             extrapolated=_typed(c, "extrapolated", bool, None, where),
+            step_band_s=_band(c, where),
             notes=_typed(c, "notes", list, [], where),
             programs=_typed(c, "programs", dict, None, where),
             inference=_typed(c, "inference", dict, None, where),
