@@ -141,7 +141,9 @@ class PlannedConfig:
     (Megatron's); placement: axis -> AxisPlacement; memory_gb: per GPU by kind and `total`;
     fits: within the GPU memory; time_s: PlanTimes; comm_s: communication on the critical path;
     comm_share: comm_s / step (None without a compute model); comm_bound: comm_share > 30%;
-    extrapolated: a prediction lies beyond the calibration; notes: how steps were priced;
+    extrapolated: a prediction lies beyond the calibration; step_band_s: [low, high] of the
+    step with its ops priced beyond the measured node counts at their bands' ends (absent where
+    none is); notes: how steps were priced;
     programs (`--explain` only): pattern -> its Program steps' estimates; inference (`plan
     --mode infer`): prefill_s, tpot_s (time per output token), tokens_per_s (and per GPU),
     batch, decode_comm_s, decode_memory_s and decode_flops_s. Everything but label
@@ -167,8 +169,6 @@ class PlannedConfig:
     comm_share: float | None = None
     comm_bound: bool | None = None
     extrapolated: bool | None = None
-    # the step with every banded op (groups over more nodes than measured) at its band's low
-    # and high end (calibration/band.py); absent where none is banded
     step_band_s: list[float] | None = None
     notes: list[str] = field(default_factory=list)
     programs: dict[str, list[dict[str, Any]]] | None = None
