@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from fit_samples import nccl_tests_new, osu_collective
 
+from commbench.errors import UsageError
 from commbench.formats import nccl_tests, osu
 from commbench.formats.common import Hints
 
@@ -28,3 +29,35 @@ def test_a_byte_order_mark_hides_no_first_line(tmp_path, encoding):
     path = write(tmp_path, "osu_allreduce.txt", osu_collective(), encoding)
     imp = osu.parse(path, Hints(group_size=4, link_class="intra"))
     assert len(imp.records) == 21
+
+
+def _rows_cut_after(text: str, kept: int) -> list[str]:
+    """The log's lines up to its `kept`-th row: a job stopped there."""
+    lines, rows = [], 0
+    for line in text.splitlines():
+        rows += line.strip()[:1].isdigit()
+        if rows > kept:
+            break
+        lines.append(line)
+    return lines
+
+
+def test_slurm_ending_the_job_marks_the_run_failed(tmp_path):
+    """A job ended by its time limit (or scancel, preemption, the OOM killer) mid-table: rows
+    kept, the run failed at Slurm's line; a log that is only Slurm's refusal to start the job
+    is an error naming that line."""
+    cancelled = "slurmstepd: error: *** JOB 81 ON dgx-a00 CANCELLED AT 2024-05-01T10:00:00 DUE TO TIME LIMIT ***"
+    lines = [*_rows_cut_after(nccl_tests_new(), 10), cancelled]
+    imp = nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", "\n".join(lines)), Hints())
+    assert len(imp.records) == 20
+    assert imp.problems.failure is not None and "DUE TO TIME LIMIT" in imp.problems.failure
+    oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=81.0. Some of the step tasks have been OOM Killed."
+    imp = nccl_tests.parse(write(tmp_path, "oom.log", nccl_tests_new() + oom + "\n"), Hints())
+    assert imp.problems.failure is not None and "oom_kill" in imp.problems.failure
+    refused = (
+        "srun: error: Unable to allocate resources: Requested node configuration is not available\n"
+    )
+    with pytest.raises(
+        UsageError, match=r"slurm.err:1: srun: error: Unable to allocate .* before printing any row"
+    ):
+        nccl_tests.parse(write(tmp_path, "slurm.err", refused), Hints())
