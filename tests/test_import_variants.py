@@ -61,3 +61,17 @@ def test_slurm_ending_the_job_marks_the_run_failed(tmp_path):
         UsageError, match=r"slurm.err:1: srun: error: Unable to allocate .* before printing any row"
     ):
         nccl_tests.parse(write(tmp_path, "slurm.err", refused), Hints())
+
+
+def test_a_table_without_its_footer_was_cut_short(tmp_path):
+    """A job killed mid-table whose stdout holds no reason (it went to stderr): the rows are
+    kept, the run is partial at the last row, not complete; a whole table warns nothing."""
+    lines = _rows_cut_after(nccl_tests_new(), 12)
+    imp = nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", "\n".join(lines)), Hints())
+    assert len(imp.records) == 24 and imp.problems.failure is None
+    assert imp.problems.warnings[0].endswith(
+        f"all_reduce_perf.log:{len(lines)}: the table stops here without nccl-tests' "
+        "'Out of bounds values' footer: the run was cut short"
+    )
+    whole = nccl_tests.parse(write(tmp_path, "whole.log", nccl_tests_new()), Hints())
+    assert not whole.problems.warnings

@@ -131,6 +131,17 @@ def _columns(header: list[str], where: str) -> tuple[list[str], list[dict]]:
     return lead, groups
 
 
+def _cut_short(path: Path, last_row: int, problems: log_problems.Problems) -> None:
+    """A table without its `Out of bounds values` footer stopped before its largest sizes (a
+    job killed or out of time, its reason on stderr): a warning, so the run is `partial`."""
+    problems.warnings.insert(
+        0,
+        f"{path}:{last_row}: the table stops here without nccl-tests' 'Out of bounds values' "
+        "footer: the run was cut short",
+    )
+    problems.warnings_total += 1
+
+
 def parse(path: Path, hints: Hints) -> Imported:
     """Records of every row and placement in one nccl-tests log."""
     path = Path(path)
@@ -145,6 +156,9 @@ def parse(path: Path, hints: Hints) -> Imported:
             "give the tool's stdout"
         )
     out = Imported(meta={"tool": TOOL, **meta}, problems=problems)
+    for sec in sections:
+        if sec.rows and not sec.concluded and problems.failure is None:
+            _cut_short(path, sec.rows[-1][0], problems)
     name_hint = BINARY.search(path.name)
     hosts: list[str] = []
     last_row_line = max((n for s in sections for n, _ in s.rows), default=0)

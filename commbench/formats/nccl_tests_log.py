@@ -56,6 +56,7 @@ class Section:
         self.placements: list[str] = ["out-of-place", "in-place"]
         self.rows: list[tuple[int, list[str]]] = []
         self.tuning: list[tuple[int, re.Match]] = []  # (line, nccl_tuning.TUNING match)
+        self.concluded = False  # its `Out of bounds values` footer came: the sweep ran to its end
 
 
 def split_sections(path: Path, lines: list[str]) -> tuple[list[Section], dict, dict]:
@@ -108,6 +109,8 @@ def split_sections(path: Path, lines: list[str]) -> tuple[list[Section], dict, d
             continue
         if "Blocking Enabled" in s:
             cur.blocking = True
+        elif "Out of bounds values" in s:
+            cur.concluded = True
         elif m := _RANK.match(s):
             rank, group, host, dev = int(m.group(1)), int(m.group(2) or 0), m.group(4), m.group(6)
             cur.ranks.append((rank, group, host, dev.strip()))
