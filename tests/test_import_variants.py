@@ -75,3 +75,16 @@ def test_a_table_without_its_footer_was_cut_short(tmp_path):
     )
     whole = nccl_tests.parse(write(tmp_path, "whole.log", nccl_tests_new()), Hints())
     assert not whole.problems.warnings
+
+
+def test_a_wrong_count_past_six_digits_reads_in_g_notation(tmp_path):
+    """nccl-tests prints #wrong with `%6g`: 1048576 wrong elements read `1.04858e+06`, a count
+    (the record is wrong), not a refused cell; a fraction is still no count."""
+    text = nccl_tests_new(wrong_at=3)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("64 "))
+    many = text.replace(row, row.replace(" 3 ", " 1.04858e+06 ", 1))
+    imp = nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", many), Hints())
+    assert [r["wrong"] for r in imp.records if r["wrong"]] == [1048580]
+    with pytest.raises(UsageError, match=r":23: #wrong '2.5' is not a count of elements"):
+        half = text.replace(row, row.replace(" 3 ", " 2.5 ", 1))
+        nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", half), Hints())

@@ -131,6 +131,16 @@ def _columns(header: list[str], where: str) -> tuple[list[str], list[dict]]:
     return lead, groups
 
 
+def _wrong_count(cell: str, value: float | None, where: str) -> int:
+    """A `#wrong` cell: nccl-tests prints it `%6g`, so a count past 999999 reads `1.04858e+06`
+    (a whole number, rounded); N/A (-c 0) is 0."""
+    if not value:
+        return 0
+    if value < 0 or not value.is_integer():
+        raise UsageError(f"{where}: #wrong {cell!r} is not a count of elements")
+    return int(value)
+
+
 def _cut_short(path: Path, last_row: int, problems: log_problems.Problems) -> None:
     """A table without its `Out of bounds values` footer stopped before its largest sizes (a
     job killed or out of time, its reason on stderr): a warning, so the run is `partial`."""
@@ -257,7 +267,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     **{g["kind"]: check},
                 )
                 if g["kind"] == "#wrong":
-                    wrong = count_cell(check, f"{path}:{r['line']}", "#wrong") if value else 0
+                    wrong = _wrong_count(check, value, f"{path}:{r['line']}")
                 else:
                     tol = ERROR_TOLERANCE.get(dtype, 0.0)
                     wrong = int(value is not None and value > tol)
