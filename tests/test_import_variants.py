@@ -88,3 +88,30 @@ def test_a_wrong_count_past_six_digits_reads_in_g_notation(tmp_path):
     with pytest.raises(UsageError, match=r":23: #wrong '2.5' is not a count of elements"):
         half = text.replace(row, row.replace(" 3 ", " 2.5 ", 1))
         nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", half), Hints())
+
+
+def _lone_process(text: str, rank: int) -> list[str]:
+    """What process `rank` of a build without MPI=1 prints: a job of one rank (its own Rank 0
+    line), busbw 0 as nccl-tests' factor 2(n-1)/n is at n = 1."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("#  Rank"):
+            if line.startswith("#  Rank  0 "):
+                lines.append(line.replace("Pid  41000", f"Pid  {41000 + rank}"))
+            continue
+        lines.append(line)
+    return lines
+
+
+def test_a_build_without_mpi_started_as_n_processes_is_refused(tmp_path):
+    """srun -n 8 of nccl-tests built without MPI=1: eight one-rank jobs whose tables come one
+    after another, or line by line under srun --label; neither measures a collective."""
+    one = nccl_tests_new(binary="all_reduce_perf")
+    tables = [_lone_process(one, rank) for rank in range(8)]
+    after = write(tmp_path, "after.log", "\n".join(sum(tables, [])))
+    with pytest.raises(UsageError, match=r"after.log:2: the run has one rank, so the table"):
+        nccl_tests.parse(after, Hints())
+    labelled = [f"{rank}: {t[i]}" for i in range(len(tables[0])) for rank, t in enumerate(tables)]
+    path = write(tmp_path, "labelled.log", "\n".join(labelled))
+    with pytest.raises(UsageError, match=r"rank 0 is listed 8 times: 8 processes each ran alone"):
+        nccl_tests.parse(path, Hints())

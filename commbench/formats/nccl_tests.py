@@ -13,6 +13,7 @@ timing "pipelined" (or "blocking" when the log says blocking was enabled).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,25 @@ def _wrong_count(cell: str, value: float | None, where: str) -> int:
     return int(value)
 
 
+def _refuse_lone_processes(ranks: list[tuple[int, int, str, str]], where: str) -> None:
+    """nccl-tests built without MPI=1 and started as N processes (srun -n N) runs N one-rank
+    jobs, each printing a table of a collective among one rank, which measures none: a log of
+    one rank, or of the same rank listed by several processes, is refused."""
+    listed = Counter(rank for rank, *_ in ranks)
+    rank, times = listed.most_common(1)[0] if listed else (0, 0)
+    if times > 1:
+        what = f"rank {rank} is listed {times} times: {times} processes each ran alone"
+    elif len(listed) == 1:
+        what = "the run has one rank"
+    else:
+        return
+    raise UsageError(
+        f"{where}: {what}, so the table measures no collective (nccl-tests built without "
+        "MPI=1 and started as N processes prints one such table each): rebuild with "
+        "'make MPI=1', or run one process over N GPUs with -g N"
+    )
+
+
 def _cut_short(path: Path, last_row: int, problems: log_problems.Problems) -> None:
     """A table without its `Out of bounds values` footer stopped before its largest sizes (a
     job killed or out of time, its reason on stderr): a warning, so the run is `partial`."""
@@ -179,6 +199,7 @@ def parse(path: Path, hints: Hints) -> Imported:
         lead, groups = _columns(sec.header, where)
         col = {name: i for i, name in enumerate(lead)}
         hosts = list(dict.fromkeys(hosts + [h for _, _, h, _ in sec.ranks]))
+        _refuse_lone_processes(sec.ranks, where)
         # group size and link class from the rank lines
         by_group: dict[int, list[str]] = {}
         for _, group, h, _ in sec.ranks:
