@@ -5,6 +5,8 @@ the Slurm lines that say a job never ran."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from fit_samples import nccl_tests_new, osu_collective
 
@@ -115,3 +117,35 @@ def test_a_build_without_mpi_started_as_n_processes_is_refused(tmp_path):
     path = write(tmp_path, "labelled.log", "\n".join(labelled))
     with pytest.raises(UsageError, match=r"rank 0 is listed 8 times: 8 processes each ran alone"):
         nccl_tests.parse(path, Hints())
+
+
+def _sweeps(text: str, cells: list[tuple[str, str]]) -> str:
+    """One header, the table's rows once per (type, redop) as -d all / -o all print them."""
+    lines = text.splitlines()
+    rows = [line for line in lines if line.strip()[:1].isdigit()]
+    at = lines.index(rows[0])
+    swept = [
+        row.replace("   float     sum", f"{dtype:>8s}  {redop:>6s}", 1)
+        for dtype, redop in cells
+        for row in rows
+    ]
+    return "\n".join(lines[:at] + swept + lines[at + len(rows) :])
+
+
+def test_sweeps_of_several_types_and_reductions_in_one_table(tmp_path):
+    """-d all keeps each row's dtype (one series each); -o all keeps the sum rows only, with a
+    note naming the reductions skipped: prod/max/min/avg at one size are other ops, not
+    repeats of the sum a fit prices."""
+    text = nccl_tests_new()
+    types = _sweeps(text, [("half", "sum"), ("float", "sum"), ("double", "sum")])
+    imp = nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", types), Hints())
+    assert Counter(r["dtype"] for r in imp.records) == {"float16": 50, "float32": 50, "float64": 50}
+    redops = [("float", op) for op in ("sum", "prod", "max", "min", "avg")]
+    imp = nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", _sweeps(text, redops)), Hints())
+    assert len(imp.records) == 50 and {r["source"]["columns"]["redop"] for r in imp.records} == {
+        "sum"
+    }
+    assert imp.notes == [
+        f"{tmp_path}/all_reduce_perf.log:2: the table sweeps reductions sum, prod, max, min, avg "
+        "(-o all): the 100 rows of prod, max, min, avg skipped, as commbench fits sum"
+    ]

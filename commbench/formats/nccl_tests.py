@@ -7,7 +7,8 @@ from the binary name in the log or the file name (`all_gather_perf ...`), else f
 from the log's own busbw/algbw ratio with redop and root (nccl-tests PERFORMANCE.md factors);
 the group size and link class from the `#  Rank N Group G Pid P on HOST device` lines (ranks
 per group; one host = intra). Times are nccl-tests' mean over back-to-back iterations:
-timing "pipelined" (or "blocking" when the log says blocking was enabled).
+timing "pipelined" (or "blocking" when the log says blocking was enabled). A table of several
+reductions (-o all) gives its sum rows only; one of several types (-d all), every row.
 """
 
 from __future__ import annotations
@@ -161,6 +162,23 @@ def _refuse_lone_processes(ranks: list[tuple[int, int, str, str]], where: str) -
     )
 
 
+def _sum_rows(rows: list[dict], where: str, notes: list[str]) -> list[dict]:
+    """The rows of one table that a fit can take: all of them, unless it sweeps several
+    reductions (-o all: sum, prod, max, min, avg, mulsum at every size), where only the sum
+    rows are kept, as commbench measures and prices sum, and a fit of them all would blend
+    different ops as repeats of one; a note names the rest."""
+    redops = list(dict.fromkeys(r["redop"] for r in rows))
+    if len(redops) < 2:
+        return rows
+    kept = [r for r in rows if r["redop"] == "sum"]
+    notes.append(
+        f"{where}: the table sweeps reductions {', '.join(redops)} (-o all): the "
+        f"{len(rows) - len(kept)} rows of {', '.join(op for op in redops if op != 'sum')} "
+        "skipped, as commbench fits sum"
+    )
+    return kept
+
+
 def _cut_short(path: Path, last_row: int, problems: log_problems.Problems) -> None:
     """A table without its `Out of bounds values` footer stopped before its largest sizes (a
     job killed or out of time, its reason on stderr): a warning, so the run is `partial`."""
@@ -243,6 +261,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     "busbw": number(tok[g0["busbw"]]),
                 }
             )
+        rows = _sum_rows(rows, where, out.notes)
         binary = sec.binary or (name_hint.group(1) if name_hint and len(sections) == 1 else None)
         if binary is not None and binary not in BINARY_OPS:
             raise UsageError(
