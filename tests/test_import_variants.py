@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from fit_samples import nccl_tests_new, osu_collective
+from fit_samples import imb_log, nccl_tests_new, osu_collective
 
 from commbench.errors import UsageError
-from commbench.formats import nccl_tests, osu
+from commbench.formats import imb, nccl_tests, osu
 from commbench.formats.common import Hints
 
 
@@ -67,7 +67,8 @@ def test_slurm_ending_the_job_marks_the_run_failed(tmp_path):
 
 def test_a_table_without_its_footer_was_cut_short(tmp_path):
     """A job killed mid-table whose stdout holds no reason (it went to stderr): the rows are
-    kept, the run is partial at the last row, not complete; a whole table warns nothing."""
+    kept, the run is partial at the last row, not complete (nccl-tests: no table footer; IMB:
+    no MPI_Finalize line); a whole log warns nothing."""
     lines = _rows_cut_after(nccl_tests_new(), 12)
     imp = nccl_tests.parse(write(tmp_path, "all_reduce_perf.log", "\n".join(lines)), Hints())
     assert len(imp.records) == 24 and imp.problems.failure is None
@@ -77,6 +78,15 @@ def test_a_table_without_its_footer_was_cut_short(tmp_path):
     )
     whole = nccl_tests.parse(write(tmp_path, "whole.log", nccl_tests_new()), Hints())
     assert not whole.problems.warnings
+    hints = Hints(link_class="intra")
+    lines = _rows_cut_after(imb_log(), 30)  # inside IMB's second block
+    imp = imb.parse(write(tmp_path, "IMB-MPI1.out", "\n".join(lines)), hints)
+    assert len(imp.records) == 30
+    assert imp.problems.warnings == [
+        f"{tmp_path}/IMB-MPI1.out:{len(lines)}: the table stops here without IMB's "
+        "'# All processes entering MPI_Finalize' line: the run was cut short"
+    ]
+    assert not imb.parse(write(tmp_path, "whole.out", imb_log()), hints).problems.warnings
 
 
 def test_a_wrong_count_past_six_digits_reads_in_g_notation(tmp_path):

@@ -71,3 +71,13 @@ def failed_before_rows(problems: Problems) -> str | None:
     if problems.failure is None:
         return None
     return f"{problems.failure} (the run failed before printing any row)"
+
+
+def cut_short(where: str, end: str, problems: Problems) -> None:
+    """The warning for a log whose last row (`where`) comes without the `end` its tool prints
+    after it: the run stopped early (killed, out of time; the reason went to stderr), so it is
+    `partial`, not complete."""
+    problems.warnings.insert(
+        0, f"{where}: the table stops here without {end}: the run was cut short"
+    )
+    problems.warnings_total += 1

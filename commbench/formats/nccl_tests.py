@@ -71,6 +71,7 @@ TYPES = {
 # old layout: `error` is the largest deviation; above this it counts as wrong data
 ERROR_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
 CHECKS = ("#wrong", "error")  # the check column: current layout, old layout
+NCCL_TESTS_END = "nccl-tests' 'Out of bounds values' footer"  # what each table ends with
 
 
 def _infer_op(rows: list[dict], p: int) -> str | None:
@@ -179,17 +180,6 @@ def _sum_rows(rows: list[dict], where: str, notes: list[str]) -> list[dict]:
     return kept
 
 
-def _cut_short(path: Path, last_row: int, problems: log_problems.Problems) -> None:
-    """A table without its `Out of bounds values` footer stopped before its largest sizes (a
-    job killed or out of time, its reason on stderr): a warning, so the run is `partial`."""
-    problems.warnings.insert(
-        0,
-        f"{path}:{last_row}: the table stops here without nccl-tests' 'Out of bounds values' "
-        "footer: the run was cut short",
-    )
-    problems.warnings_total += 1
-
-
 def parse(path: Path, hints: Hints) -> Imported:
     """Records of every row and placement in one nccl-tests log."""
     path = Path(path)
@@ -204,9 +194,9 @@ def parse(path: Path, hints: Hints) -> Imported:
             "give the tool's stdout"
         )
     out = Imported(meta={"tool": TOOL, **meta}, problems=problems)
-    for sec in sections:
+    for sec in sections:  # a table without its footer: a job killed or out of time
         if sec.rows and not sec.concluded and problems.failure is None:
-            _cut_short(path, sec.rows[-1][0], problems)
+            log_problems.cut_short(f"{path}:{sec.rows[-1][0]}", NCCL_TESTS_END, problems)
     name_hint = BINARY.search(path.name)
     hosts: list[str] = []
     last_row_line = max((n for s in sections for n, _ in s.rows), default=0)
