@@ -15,6 +15,7 @@ import pytest
 from fit_samples import nccl_tests_new
 
 from commbench.calibration.band import Priors
+from commbench.errors import UsageError
 from commbench.formats import nccl_tests
 from commbench.formats.common import Hints
 
@@ -85,6 +86,34 @@ def test_op_from_a_file_name_without_perf_and_the_flag_wins(tmp_path):
     both.write_text(text)
     with pytest.raises(Exception, match="pass --op"):
         nccl_tests.parse(both, Hints())
+
+
+@NEEDS_LOGS
+def test_a_real_job_log_rewritten_as_users_keep_it(tmp_path):
+    """The H100 job log saved with a BOM, CRLF and srun --label prefixes imports record for
+    record as the file itself; cut after its third row it keeps those and says the run was cut
+    short; as eight one-rank processes (no MPI=1) it is refused."""
+    real = REAL_LOGS / "h100_1x8_allreduce_xxrjun-c01.txt"
+    lines = real.read_text().splitlines()
+    want = [
+        (r["op"], r["bytes"], r["placement"], r["time_us"])
+        for r in nccl_tests.parse(real, Hints()).records
+    ]
+    saved = tmp_path / "saved.txt"
+    saved.write_text("\r\n".join(f"0: {line}" for line in lines), encoding="utf-8-sig")
+    got = nccl_tests.parse(saved, Hints())
+    assert [(r["op"], r["bytes"], r["placement"], r["time_us"]) for r in got.records] == want
+    assert not got.problems.warnings
+    rows = [n for n, line in enumerate(lines) if line.strip()[:1].isdigit()]
+    cut = tmp_path / "cut.txt"
+    cut.write_text("\n".join(lines[: rows[3]]))
+    imp = nccl_tests.parse(cut, Hints())
+    assert imp.records and "the run was cut short" in imp.problems.warnings[0]
+    alone = [line for line in lines if not line.startswith("#  Rank") or " Rank  0 " in line]
+    lone = tmp_path / "lone.txt"
+    lone.write_text("\n".join(alone * 8))
+    with pytest.raises(UsageError, match="the run has one rank"):
+        nccl_tests.parse(lone, Hints())
 
 
 def test_nccl_version_from_nccl_tests_library_line(tmp_path):

@@ -6,6 +6,7 @@ never silently mislabels a measurement.
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
 from dataclasses import dataclass, field
@@ -241,11 +242,15 @@ _LAUNCHER_PREFIX = re.compile(r"^(?:\s*\d+: |\[\d+,\d+\]<std(?:out|err)>: ?)")
 
 def read_lines(path: Path) -> list[str]:
     """The file's lines, each without the prefix a launcher tags a rank's output with (line
-    numbers kept: a message's file:line points at the file as it is)."""
+    numbers kept: a message's file:line points at the file as it is). A byte-order mark is
+    dropped (an editor's UTF-8 BOM hid the first line's title or `# nThread` line), and one of
+    UTF-16 (what Windows PowerShell's `>` writes) decodes the file as UTF-16."""
     try:
-        text = Path(path).read_text(errors="replace")
+        raw = Path(path).read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    utf16 = raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    text = raw.decode("utf-16" if utf16 else "utf-8-sig", errors="replace")
     return [_LAUNCHER_PREFIX.sub("", line, count=1) for line in text.splitlines()]
 
 

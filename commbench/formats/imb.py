@@ -84,6 +84,9 @@ class _Block:
         self.groups = 1  # Multi- blocks: groups running at once
 
 
+_FINALIZE = "All processes entering MPI_Finalize"  # IMB's last line: the run ended
+
+
 def _blocks(lines: list[str], meta: dict) -> list[_Block]:
     blocks: list[_Block] = []
     for n, raw in enumerate(lines, 1):
@@ -124,6 +127,8 @@ def parse(path: Path, hints: Hints) -> Imported:
         raise UsageError(f"{path}: not an IMB log (no '# Benchmarking NAME' block)")
     out = Imported(meta=meta, problems=problems)
     last = max((n for b in blocks for n, _ in b.rows), default=0)
+    if last and problems.failure is None and not any(_FINALIZE in line for line in lines):
+        log_problems.cut_short(f"{path}:{last}", f"IMB's '# {_FINALIZE}' line", problems)
     for blk in blocks:
         where = f"{path}:{blk.line}"
         key = blk.name.lower()

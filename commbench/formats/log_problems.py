@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# What Open MPI, MPICH / Intel MPI and Slurm print when a rank aborts, dies or is killed.
+# What Open MPI, MPICH / Intel MPI and Slurm print when a rank aborts, dies or is killed, or
+# when Slurm could not start the job at all.
 LAUNCHER_FAILURES = (
     re.compile(r"MPI_ABORT was invoked on rank"),
     re.compile(r"\b(?:mpirun|prterun|mpiexec|orterun)\s+noticed that process rank"),
@@ -22,6 +23,10 @@ LAUNCHER_FAILURES = (
     re.compile(r"^Abort\(\d+\)"),
     re.compile(r"Fatal error in P?MPI_\w+"),
     re.compile(r"^srun: error: .*(?:Exited with exit code|task\(?s?\)? \d|Terminated|Killed)"),
+    re.compile(r"^srun: error: Unable to (?:allocate resources|create step)"),
+    # a job or step ended by its time limit, preemption or scancel; the OOM killer
+    re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT"),
+    re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event"),
 )
 # nccl-tests' own checks (common.h: CUDACHECK, NCCLCHECK, TESTCHECK; the result footer).
 NCCL_TESTS_FAILURES = (
@@ -66,3 +71,13 @@ def failed_before_rows(problems: Problems) -> str | None:
     if problems.failure is None:
         return None
     return f"{problems.failure} (the run failed before printing any row)"
+
+
+def cut_short(where: str, end: str, problems: Problems) -> None:
+    """The warning for a log whose last row (`where`) comes without the `end` its tool prints
+    after it: the run stopped early (killed, out of time; the reason went to stderr), so it is
+    `partial`, not complete."""
+    problems.warnings.insert(
+        0, f"{where}: the table stops here without {end}: the run was cut short"
+    )
+    problems.warnings_total += 1

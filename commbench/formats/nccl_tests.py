@@ -7,12 +7,14 @@ from the binary name in the log or the file name (`all_gather_perf ...`), else f
 from the log's own busbw/algbw ratio with redop and root (nccl-tests PERFORMANCE.md factors);
 the group size and link class from the `#  Rank N Group G Pid P on HOST device` lines (ranks
 per group; one host = intra). Times are nccl-tests' mean over back-to-back iterations:
-timing "pipelined" (or "blocking" when the log says blocking was enabled).
+timing "pipelined" (or "blocking" when the log says blocking was enabled). A table of several
+reductions (-o all) gives its sum rows only; one of several types (-d all), every row.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,6 @@ from commbench.formats.common import (
     Hints,
     Imported,
     count_cell,
-    is_count,
     measured_record,
     number,
     read_lines,
@@ -30,7 +31,8 @@ from commbench.formats.common import (
     time_cell,
 )
 from commbench.formats.log_problems import LAUNCHER_FAILURES, NCCL_TESTS_FAILURES
-from commbench.formats.nccl_tuning import TUNING, regimes
+from commbench.formats.nccl_tests_log import BINARY, split_sections
+from commbench.formats.nccl_tuning import regimes
 from commbench.ops import OPS, bus_factor, canonical_op
 
 TOOL = "nccl-tests"
@@ -43,33 +45,12 @@ BINARY_OPS = {
     "reduce": "reduce",
     "sendrecv": "sendrecv",
 }
-_BINARY = re.compile(
-    r"(?<![A-Za-z])(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|broadcast|"
-    r"reduce|sendrecv|gather|scatter|hypercube)_perf"
-)
 # an op word in a file name without `_perf` (`a100_2x4_allgather_polaris.txt`)
 _NAME_OP = re.compile(
     r"(?<![A-Za-z])(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|broadcast)"
     r"(?![A-Za-z])",
     re.IGNORECASE,
 )
-_NTHREAD = re.compile(
-    r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)"
-    r"(?:.*?validation:\s*(\d+))?"
-)
-_RANK = re.compile(
-    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
-    r"(?:\s+\[[^\]]*\])?\s*(.*)$"
-)
-_HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
-_STARTING = re.compile(r"^#\s*Collective test starting:\s*(\w+)_perf\b")
-_VERSION = re.compile(r"NCCL version (\S+)")
-# a version named in a comment line (`# software: NCCL 2.21.5 ...`), used when no NCCL line says it
-_MENTION = re.compile(r"^#.*?\bNCCL (\d+\.\d+(?:\.[0-9x]+)?)")
-_LIBRARY = re.compile(r"\bnccl-library=(\d{4,6})\b")  # nccl-tests >= 2.13: 22902 = 2.29.2
-_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)")
-# `NCCL_X=v` / `FI_X=v` written on a comment or command line (a job script echoed in the log)
-_ENV_STATED = re.compile(r"(?<![A-Za-z0-9_])((?:NCCL|FI)_[A-Z0-9_]+)=('[^']*'|\S+)")
 TYPES = {
     "float": "float32",
     "float32": "float32",
@@ -90,6 +71,7 @@ TYPES = {
 # old layout: `error` is the largest deviation; above this it counts as wrong data
 ERROR_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
 CHECKS = ("#wrong", "error")  # the check column: current layout, old layout
+NCCL_TESTS_END = "nccl-tests' 'Out of bounds values' footer"  # what each table ends with
 
 
 def _infer_op(rows: list[dict], p: int) -> str | None:
@@ -127,100 +109,6 @@ def _op_from_name(path: Path, n_sections: int, notes: list[str], where: str) -> 
     return op
 
 
-def _placements(line: str) -> list[str]:
-    found = sorted(
-        (i, name) for name in ("out-of-place", "in-place") if (i := line.find(name)) >= 0
-    )
-    return [name for _, name in found]
-
-
-class _Section:
-    """One nccl-tests invocation in the log."""
-
-    def __init__(self, start: int, binary: str | None) -> None:
-        self.start = start
-        self.binary = binary
-        self.iters: int | None = None
-        self.warmup: int | None = None
-        self.check = True
-        self.blocking = False
-        self.ranks: list[tuple[int, int, str, str]] = []  # rank, group, host, device
-        self.header: list[str] | None = None
-        self.placements: list[str] = ["out-of-place", "in-place"]
-        self.rows: list[tuple[int, list[str]]] = []
-        self.tuning: list[tuple[int, re.Match]] = []  # (line, nccl_tuning.TUNING match)
-
-
-def _split_sections(path: Path, lines: list[str]) -> tuple[list[_Section], dict, dict]:
-    """The log's nccl-tests invocations, its meta, and the line of each NCCL_* setting."""
-    sections: list[_Section] = []
-    pending_binary = None
-    meta: dict = {"env": {}}
-    stated: dict[str, str] = {}
-    env_lines: dict[str, int] = {}
-    cur: _Section | None = None
-    for n, line in enumerate(lines, 1):
-        s = line.strip()
-        if m := TUNING.search(s):  # NCCL prints them once it runs: inside a section
-            if cur is not None:
-                cur.tuning.append((n, m))
-            continue
-        if m := _VERSION.search(s):
-            meta.setdefault("nccl_version", m.group(1))
-        elif m := _LIBRARY.search(s):
-            code = int(m.group(1))  # NCCL_VERSION_CODE: major*10000 + minor*100 + patch
-            meta.setdefault("nccl_version", f"{code // 10000}.{code // 100 % 100}.{code % 100}")
-        elif m := _MENTION.search(s):
-            meta.setdefault("nccl_version_mentioned", m.group(1))
-        if m := _ENV.search(s):
-            meta["env"][m.group(1)] = m.group(2)
-            env_lines[m.group(1)] = n
-        elif (s.startswith("#") or _BINARY.search(s)) and not s[:1].isdigit():
-            for key, value in _ENV_STATED.findall(s):
-                stated.setdefault(key, value.strip("'"))
-                env_lines.setdefault(key, n)
-        if not s.startswith("#") and (m := _BINARY.search(s)) and not s[:1].isdigit():
-            pending_binary = m.group(1)
-            meta.setdefault("command", s)
-            continue
-        if m := _STARTING.match(s):  # nccl-tests >= 2.17 names the binary of each test
-            pending_binary = m.group(1)
-            continue
-        if m := _NTHREAD.match(s):
-            cur = _Section(n, pending_binary)
-            pending_binary = None
-            sections.append(cur)
-            cur.warmup, cur.iters = int(m.group(3)), int(m.group(4))
-            cur.check = m.group(5) != "0"
-            continue
-        if cur is None and (_HEADER.match(s) or _RANK.match(s)):
-            cur = _Section(n, pending_binary)  # a log without the `# nThread` line
-            pending_binary = None
-            sections.append(cur)
-        if cur is None:
-            continue
-        if "Blocking Enabled" in s:
-            cur.blocking = True
-        elif m := _RANK.match(s):
-            rank, group, host, dev = int(m.group(1)), int(m.group(2) or 0), m.group(4), m.group(6)
-            cur.ranks.append((rank, group, host, dev.strip()))
-        elif s.startswith("#") and ("out-of-place" in s or "in-place" in s):
-            cur.placements = _placements(s)
-        elif _HEADER.match(s):
-            cur.header = s.lstrip("#").split()
-        elif s and is_count(s.split()[0]) and cur.header is not None:
-            cur.rows.append((n, s.split()))
-    meta["env"] = {**stated, **meta["env"]}  # what NCCL says it was set to wins
-    mentioned = meta.pop("nccl_version_mentioned", None)
-    if mentioned is not None:
-        meta.setdefault("nccl_version", mentioned)
-    # what NCCL was told to run (NCCL_DEBUG=INFO's "NCCL_ALGO set by environment to Ring")
-    for key, name in (("NCCL_ALGO", "algorithm"), ("NCCL_PROTO", "protocol")):
-        if key in meta["env"]:
-            meta[name] = meta["env"][key]
-    return sections, meta, env_lines
-
-
 def _timestamp_as_one_cell(header: list[str], tok: list[str]) -> list[str]:
     """`-S 1` logs end each row with a `timestamp` cell printed as date and time (two
     tokens, strftime "%Y-%m-%d %H:%M:%S"): make it one cell, as the header has it."""
@@ -246,12 +134,58 @@ def _columns(header: list[str], where: str) -> tuple[list[str], list[dict]]:
     return lead, groups
 
 
+def _wrong_count(cell: str, value: float | None, where: str) -> int:
+    """A `#wrong` cell: nccl-tests prints it `%6g`, so a count past 999999 reads `1.04858e+06`
+    (a whole number, rounded); N/A (-c 0) is 0."""
+    if not value:
+        return 0
+    if value < 0 or not value.is_integer():
+        raise UsageError(f"{where}: #wrong {cell!r} is not a count of elements")
+    return int(value)
+
+
+def _refuse_lone_processes(ranks: list[tuple[int, int, str, str]], where: str) -> None:
+    """nccl-tests built without MPI=1 and started as N processes (srun -n N) runs N one-rank
+    jobs, each printing a table of a collective among one rank, which measures none: a log of
+    one rank, or of the same rank listed by several processes, is refused."""
+    listed = Counter(rank for rank, *_ in ranks)
+    rank, times = listed.most_common(1)[0] if listed else (0, 0)
+    if times > 1:
+        what = f"rank {rank} is listed {times} times: {times} processes each ran alone"
+    elif len(listed) == 1:
+        what = "the run has one rank"
+    else:
+        return
+    raise UsageError(
+        f"{where}: {what}, so the table measures no collective (nccl-tests built without "
+        "MPI=1 and started as N processes prints one such table each): rebuild with "
+        "'make MPI=1', or run one process over N GPUs with -g N"
+    )
+
+
+def _sum_rows(rows: list[dict], where: str, notes: list[str]) -> list[dict]:
+    """The rows of one table that a fit can take: all of them, unless it sweeps several
+    reductions (-o all: sum, prod, max, min, avg, mulsum at every size), where only the sum
+    rows are kept, as commbench measures and prices sum, and a fit of them all would blend
+    different ops as repeats of one; a note names the rest."""
+    redops = list(dict.fromkeys(r["redop"] for r in rows))
+    if len(redops) < 2:
+        return rows
+    kept = [r for r in rows if r["redop"] == "sum"]
+    notes.append(
+        f"{where}: the table sweeps reductions {', '.join(redops)} (-o all): the "
+        f"{len(rows) - len(kept)} rows of {', '.join(op for op in redops if op != 'sum')} "
+        "skipped, as commbench fits sum"
+    )
+    return kept
+
+
 def parse(path: Path, hints: Hints) -> Imported:
     """Records of every row and placement in one nccl-tests log."""
     path = Path(path)
     lines = read_lines(path)
     problems = log_problems.scan(path, lines, NCCL_TESTS_FAILURES + LAUNCHER_FAILURES)
-    sections, meta, env_lines = _split_sections(path, lines)
+    sections, meta, env_lines = split_sections(path, lines)
     sections = [s for s in sections if s.header is not None or s.rows]
     if not sections:
         raise UsageError(
@@ -260,7 +194,10 @@ def parse(path: Path, hints: Hints) -> Imported:
             "give the tool's stdout"
         )
     out = Imported(meta={"tool": TOOL, **meta}, problems=problems)
-    name_hint = _BINARY.search(path.name)
+    for sec in sections:  # a table without its footer: a job killed or out of time
+        if sec.rows and not sec.concluded and problems.failure is None:
+            log_problems.cut_short(f"{path}:{sec.rows[-1][0]}", NCCL_TESTS_END, problems)
+    name_hint = BINARY.search(path.name)
     hosts: list[str] = []
     last_row_line = max((n for s in sections for n, _ in s.rows), default=0)
     for sec in sections:
@@ -270,6 +207,7 @@ def parse(path: Path, hints: Hints) -> Imported:
         lead, groups = _columns(sec.header, where)
         col = {name: i for i, name in enumerate(lead)}
         hosts = list(dict.fromkeys(hosts + [h for _, _, h, _ in sec.ranks]))
+        _refuse_lone_processes(sec.ranks, where)
         # group size and link class from the rank lines
         by_group: dict[int, list[str]] = {}
         for _, group, h, _ in sec.ranks:
@@ -313,6 +251,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     "busbw": number(tok[g0["busbw"]]),
                 }
             )
+        rows = _sum_rows(rows, where, out.notes)
         binary = sec.binary or (name_hint.group(1) if name_hint and len(sections) == 1 else None)
         if binary is not None and binary not in BINARY_OPS:
             raise UsageError(
@@ -358,7 +297,7 @@ def parse(path: Path, hints: Hints) -> Imported:
                     **{g["kind"]: check},
                 )
                 if g["kind"] == "#wrong":
-                    wrong = count_cell(check, f"{path}:{r['line']}", "#wrong") if value else 0
+                    wrong = _wrong_count(check, value, f"{path}:{r['line']}")
                 else:
                     tol = ERROR_TOLERANCE.get(dtype, 0.0)
                     wrong = int(value is not None and value > tol)
