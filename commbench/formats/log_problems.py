@@ -78,6 +78,7 @@ def cut_short(where: str, end: str, problems: Problems) -> None:
     after it: the run stopped early (killed, out of time; the reason went to stderr), so it is
     `partial`, not complete."""
     problems.warnings.insert(
-        0, f"{where}: the table stops here without {end}: the run was cut short"
+        0,
+        f"{where}: the table stops here without {end}: the run was cut short (or the log copied without its end)",
     )
     problems.warnings_total += 1
