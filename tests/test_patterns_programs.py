@@ -139,6 +139,17 @@ def test_cp_comm_types():
         cp.Options(cp_comm_type="ring")
 
 
+def test_cp_a2a_needs_cp_to_split_the_heads_of_a_tp_rank():
+    """Ulysses' all-to-all gives each cp rank whole heads (TE AttnFuncWithCPAndQKVOA2A asserts
+    it): TINY_GQA's 2 KV heads cannot go to 4 cp ranks; the ring has no such limit."""
+    lay = ParallelLayout(4, cp=4)
+    opts = {"seq_len": 64, "micro_batches": 1}
+    with pytest.raises(UsageError, match="cp=4 does not divide the 4 heads and 2 KV heads"):
+        cp.build(lay, TINY_GQA, cp.Options(cp_comm_type="a2a", **opts))
+    assert cp.build(lay, TINY_GQA, cp.Options(cp_comm_type="p2p", **opts)).steps
+    assert cp.node_hierarchy(ParallelLayout(8, cp=8), TINY_GQA, 8) == [2, 4]
+
+
 TINY_GQA = ModelShape(name="tiny-gqa", layers=3, hidden=128, ffn_hidden=256, heads=4,
                       kv_heads=2, vocab=512)  # fmt: skip
 

@@ -409,3 +409,33 @@ def test_tied_embedding_grad_priced_over_the_first_and_last_stage(ref):
     }  # fmt: skip
     same = Evaluator(ref).step(0, tied, 2, "inter")
     assert same.total_s and predicted(planner, cfg, prog)["pp_ends"] == pytest.approx(same.total_s)
+
+
+def test_cp_comm_type_prices_the_form_megatron_runs(ref):
+    """--cp-comm-type a2a: configs whose cp does not split a TP rank's heads are invalid with
+    the reason (TE's a2a head split), the others' CP traffic is all-to-alls; a2a+p2p keeps its
+    all-to-all inside a node (tp x a <= GPUs per node) and runs the ring across; --verify
+    measures the same Program the planner priced."""
+    from commbench.plan import search, verify
+
+    long = {"seq_len": 131072, "zero_stages": (1,)}
+    r = req("llama-7b", 64, cp_comm_type="a2a", **long)  # 32 heads, 32 KV heads
+    bad = {c.config.label: c.reasons for c in search.candidates(r) if c.stage == "invalid"}
+    assert any("cp=64 does not divide the 32 heads" in w for w in bad["tp1-cp64-dp1-pp1"])
+    assert "cp=4 does not divide the 2 heads and 2 KV heads of a TP rank" in " ".join(
+        bad["tp16-cp4-dp1-pp1"]
+    )
+    assert "tp2-cp8-dp4-pp1" not in bad
+    ev = Planner(r, ref).evaluate(config(tp=2, cp=8, dp=4, m=8, z=1))
+    assert {s.op for s in ev.estimates["cp"].steps} == {"alltoall"}
+    r = req("llama-7b", 64, cp_comm_type="a2a+p2p", **long)
+    cfg = config(tp=2, cp=16, dp=2, m=16, z=1)
+    ev = Planner(r, ref).evaluate(cfg)
+    axes = {s.axis: (s.op, s.link_class) for s in ev.estimates["cp"].steps}
+    assert axes == {"cp_in4": ("alltoall", "intra"), "cp_out4": ("sendrecv", "inter")}
+    measured = verify.step_program(r, cfg)
+    assert {s.axis for s in measured.steps} >= set(axes)
+    with pytest.raises(UsageError, match="megatron implements p2p, all_gather, a2a, a2a"):
+        req("llama-7b", 64, cp_comm_type="torch_allgather")
+    with pytest.raises(UsageError, match="applies to training"):
+        req("llama-7b", 64, cp_comm_type="a2a", mode="infer")

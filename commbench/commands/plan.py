@@ -118,6 +118,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "interleaved with --virtual-stages; docs/frameworks.md)",
     )
     w.add_argument(
+        "--cp-comm-type",
+        choices=("p2p", "all_gather", "a2a", "a2a+p2p", "torch_allgather", "torch_alltoall"),
+        default=None,
+        help="context parallelism's form, as Megatron's --cp-comm-type (p2p: the K/V ring; "
+        "a2a: Ulysses; a2a+p2p: a2a inside a node, the ring across) or torchtitan's rotate "
+        "method (torch_allgather, torch_alltoall); default: the framework's (p2p, "
+        "torch_allgather)",
+    )
+    w.add_argument(
         "--kv-cache-dtype",
         choices=("bf16", "fp8", "int8"),
         default="bf16",
@@ -215,6 +224,7 @@ def request_from_args(args: argparse.Namespace, cal):
         backend=args.backend,
         framework=args.framework,
         pp_schedule=args.pp_schedule,
+        cp_comm_type=args.cp_comm_type,
     )
 
 

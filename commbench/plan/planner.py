@@ -29,6 +29,7 @@ from commbench.plan.step_time import RoleTimes, step_time
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
 from commbench.traffic.patterns import Role
+from commbench.traffic.patterns.cp import node_hierarchy
 from commbench.traffic.patterns.pp import GPIPE
 from commbench.traffic.program import Program
 
@@ -62,6 +63,7 @@ class Planner:
             "sequence_parallel": req.sequence_parallel,
             "grad_dtype": req.grad_dtype,
             "framework": req.framework,
+            "cp_comm_type": req.cp_comm_type,
         }
 
     def pp_options(self, cfg: Config, micro_batches: int) -> dict[str, Any]:
@@ -102,6 +104,9 @@ class Planner:
             # interleaved) only to be replaced
             fewest = cfg.pp if cfg.virtual_stages > 1 else 1
             options = {name: self.pp_options(cfg, fewest) for name in PIPELINE}
+            if req.cp_comm_type == "a2a+p2p":
+                sizes = node_hierarchy(layout, req.model, req.gpus_per_node)
+                options["cp"] = {"hierarchical_context_parallel_sizes": tuple(sizes)}
             progs = patterns.training_step(
                 layout, req.model.for_pipeline(cfg.pp), self.workload(cfg), cfg.zero_stage, options
             )

@@ -14,6 +14,7 @@ from commbench.traffic.layout import host_map
 from commbench.traffic.memory import check_activation_options
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import FRAMEWORKS, check_choice
+from commbench.traffic.patterns.cp import FRAMEWORK_COMM_TYPES
 from commbench.traffic.patterns.pp import check_schedule
 from commbench.traffic.presets import parse_model_arg
 
@@ -65,9 +66,21 @@ class PlanRequest:
     backend: str | None = None
     framework: str = "megatron"  # whose traffic the configs are priced with (docs/frameworks.md)
     pp_schedule: str | None = None  # torchtitan: torch's pipelining schedule class (pattern pp)
+    # CP's form (pattern cp; None: the framework's, p2p for Megatron); a2a+p2p keeps the a2a
+    # inside a node (cp.node_hierarchy)
+    cp_comm_type: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("--framework", self.framework, FRAMEWORKS)
+        if self.cp_comm_type is not None:
+            forms = FRAMEWORK_COMM_TYPES[self.framework]
+            if self.cp_comm_type not in forms:
+                raise UsageError(
+                    f"--cp-comm-type {self.cp_comm_type!r}: {self.framework} implements "
+                    f"{', '.join(forms)}"
+                )
+            if self.mode != "train":
+                raise UsageError("--cp-comm-type applies to training (--mode train)")
         if self.pp_schedule is not None:
             for v in self.virtual_stages:
                 check_schedule(self.pp_schedule, self.framework, v)
@@ -167,6 +180,7 @@ class PlanRequest:
             "zero_stages": list(self.zero_stages),
             "virtual_stages": list(self.virtual_stages),
             "pp_schedule": self.pp_schedule,
+            "cp_comm_type": self.cp_comm_type,
             "sequence_parallel": self.sequence_parallel,
             "mode": self.mode,
             "peak_tflops": self.peak_tflops,
@@ -248,6 +262,7 @@ def request_from_flags(
     framework: str = "megatron",
     virtual_stages: str = "1",
     pp_schedule: str | None = None,
+    cp_comm_type: str | None = None,
 ) -> PlanRequest:
     """A PlanRequest from `commbench plan`'s flags as given (None: not given), the calibration's
     device filling the defaults: gpus_per_node, memory_gb, peak_bf16_tflops."""
@@ -292,6 +307,7 @@ def request_from_flags(
         backend=backend,
         framework=framework,
         pp_schedule=pp_schedule,
+        cp_comm_type=cp_comm_type,
     )
 
 

@@ -15,6 +15,7 @@ from commbench.traffic.layout import DEFAULT_ORDER, Axis, ParallelLayout, parse_
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns import pp_interleaved
 from commbench.traffic.patterns.base import violations
+from commbench.traffic.patterns.cp import a2a_violation
 from commbench.traffic.pipeline_split import virtual_error
 
 DENSE = ("tp", "cp", "dp", "pp")  # the axes whose order --orders all permutes
@@ -138,6 +139,7 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                     layout = ParallelLayout(req.gpus, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
                     split = model.for_pipeline(pp)  # Megatron's uneven split if pp needs one
                     bad = [why for _, why in violations(layout, split, seq, req.sequence_parallel)]
+                    bad += [w for w in [a2a_violation(layout, split, req.cp_comm_type or "")] if w]
                     vps = virtual_stages(split, pp, req.virtual_stages) if not bad else {1: ""}
                     for b in req.micro_batch_sizes:
                         reasons = list(bad)

@@ -20,6 +20,7 @@ from commbench.plan.result import PlanResult
 from commbench.plan.search import Config
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
+from commbench.traffic.patterns.cp import node_hierarchy
 from commbench.traffic.patterns.pp import GPIPE
 from commbench.traffic.program import Program
 
@@ -61,6 +62,7 @@ def step_options(req: PlanRequest, cfg: Config) -> dict[str, Any]:
         "framework": req.framework,
         "virtual_stages": cfg.virtual_stages,
         **({"pp_schedule": req.pp_schedule} if req.pp_schedule == GPIPE else {}),
+        **({"cp_comm_type": req.cp_comm_type} if req.cp_comm_type else {}),
     }
 
 
@@ -68,7 +70,11 @@ def step_program(req: PlanRequest, cfg: Config) -> Program:
     """The step Program of a planned config: what --verify measures and prices."""
     layout = ParallelLayout(req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp)
     model = req.model.for_pipeline(cfg.pp)  # uneven stages as the planner priced them
-    return patterns.build(STEP_PATTERN, layout, model, step_options(req, cfg))
+    options = step_options(req, cfg)
+    if req.cp_comm_type == "a2a+p2p":  # the sizes the planner priced (planner.programs)
+        sizes = node_hierarchy(layout, req.model, req.gpus_per_node)
+        options["hierarchical_context_parallel_sizes"] = tuple(sizes)
+    return patterns.build(STEP_PATTERN, layout, model, options)
 
 
 def by_axis(prog: Program, seconds: Sequence[float | None]) -> dict[str, float]:

@@ -77,6 +77,39 @@ def check_hierarchical(comm_type: str | None, sizes: tuple[int, ...] | None) -> 
 
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p", "torch_allgather", "torch_alltoall")
+# the forms each framework implements (its default first)
+FRAMEWORK_COMM_TYPES = {
+    "megatron": ("p2p", "all_gather", "a2a", "a2a+p2p"),
+    "torchtitan": ("torch_allgather", "torch_alltoall"),
+}
+
+
+def a2a_violation(layout: ParallelLayout, model: ModelShape, comm_type: str) -> str | None:
+    """Why Ulysses' all-to-all cannot split this layout's heads, or None: TE's a2a form needs
+    cp to divide the heads and KV heads of a TP rank (AttnFuncWithCPAndQKVOA2A's head split)."""
+    if comm_type != "a2a" or layout.cp == 1:
+        return None
+    heads, kv = model.heads // layout.tp, model.kv_heads // layout.tp
+    if heads % layout.cp or kv % layout.cp:
+        return (
+            f"cp={layout.cp} does not divide the {heads} heads and {kv} KV heads of a TP rank "
+            "(cp_comm_type a2a splits them)"
+        )
+    return None
+
+
+def node_hierarchy(layout: ParallelLayout, model: ModelShape, gpus_per_node: int) -> list[int]:
+    """hierarchical_context_parallel_sizes [a, cp / a] that keep a2a+p2p's all-to-all inside a
+    node: a the largest divisor of cp with tp x a within the node that divides a TP rank's
+    heads and KV heads (Megatron: a2a inside the node, p2p between nodes)."""
+    heads, kv = model.heads // layout.tp, model.kv_heads // layout.tp
+    a = max(
+        d
+        for d in range(1, layout.cp + 1)
+        if layout.cp % d == 0 and layout.tp * d <= max(gpus_per_node, layout.tp)
+        and heads % d == 0 and kv % d == 0
+    )  # fmt: skip
+    return [a, layout.cp // a]
 
 
 def kv_unit_bytes(layout: ParallelLayout, model: ModelShape, options: TrafficOptions) -> int:
@@ -119,6 +152,8 @@ def ring_backward(unit: int, c: int, passes: float, dtype: str, axis: str = AXIS
 def build(layout: ParallelLayout, model: ModelShape, options: Options) -> Program:
     """Ring K/V exchange of every layer of the busiest stage, every micro-batch."""
     check(layout, model, options.seq(model))
+    if why := a2a_violation(layout, model, options.comm_type):
+        raise UsageError(why)
     c = layout.cp
     unit = kv_unit_bytes(layout, model, options)
     n = max(model.stage_counts(layout.pp)) * options.micro_batches  # the busiest stage
