@@ -128,7 +128,7 @@ def parse(path: Path, hints: Hints) -> Imported:
     out = Imported(meta=meta, problems=problems)
     last = max((n for b in blocks for n, _ in b.rows), default=0)
     if last and problems.failure is None and not any(_FINALIZE in line for line in lines):
-        log_problems.cut_short(f"{path}:{last}", f"IMB's '# {_FINALIZE}' line", problems)
+        log_problems.cut_short(path, last, f"IMB's '# {_FINALIZE}' line", problems)
     for blk in blocks:
         where = f"{path}:{blk.line}"
         key = blk.name.lower()

@@ -73,12 +73,13 @@ def failed_before_rows(problems: Problems) -> str | None:
     return f"{problems.failure} (the run failed before printing any row)"
 
 
-def cut_short(where: str, end: str, problems: Problems) -> None:
-    """The warning for a log whose last row (`where`) comes without the `end` its tool prints
-    after it: the run stopped early (killed, out of time; the reason went to stderr), so it is
-    `partial`, not complete."""
-    problems.warnings.insert(
-        0,
-        f"{where}: the table stops here without {end}: the run was cut short (or the log copied without its end)",
-    )
+def cut_short(path: Path, line: int, end: str, problems: Problems) -> None:
+    """The warning for a log whose last row (at `line`) comes without the `end` its tool
+    prints after it: the run stopped early (killed, out of time; the reason went to stderr),
+    so it is `partial`, not complete. It follows the log's own warnings, whose first (an NCCL
+    WARN) is the likelier cause and heads the run's status; kept when they fill the list."""
+    problems.warnings[MAX_WARNINGS_KEPT - 1 :] = [
+        f"{path}:{line}: the table stops here without {end}: the run was cut short (or the "
+        "log copied without its end)"
+    ]
     problems.warnings_total += 1

@@ -196,7 +196,7 @@ def parse(path: Path, hints: Hints) -> Imported:
     out = Imported(meta={"tool": TOOL, **meta}, problems=problems)
     for sec in sections:  # a table without its footer: a job killed or out of time
         if sec.rows and not sec.concluded and problems.failure is None:
-            log_problems.cut_short(f"{path}:{sec.rows[-1][0]}", NCCL_TESTS_END, problems)
+            log_problems.cut_short(path, sec.rows[-1][0], NCCL_TESTS_END, problems)
     name_hint = BINARY.search(path.name)
     hosts: list[str] = []
     last_row_line = max((n for s in sections for n, _ in s.rows), default=0)
