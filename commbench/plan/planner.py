@@ -25,11 +25,10 @@ from commbench.plan.search import (
     candidates,
     rank_orders,
 )
-from commbench.plan.step_time import RoleTimes, step_time
+from commbench.plan.step_time import RoleTimes, StepTime, step_time
 from commbench.traffic import patterns
 from commbench.traffic.layout import DEFAULT_ORDER, ParallelLayout
 from commbench.traffic.patterns import Role
-from commbench.traffic.patterns.cp import node_hierarchy
 from commbench.traffic.patterns.pp import GPIPE
 from commbench.traffic.program import Program
 
@@ -104,9 +103,7 @@ class Planner:
             # interleaved) only to be replaced
             fewest = cfg.pp if cfg.virtual_stages > 1 else 1
             options = {name: self.pp_options(cfg, fewest) for name in PIPELINE}
-            if req.cp_comm_type == "a2a+p2p":
-                sizes = node_hierarchy(layout, req.model, req.gpus_per_node)
-                options["cp"] = {"hierarchical_context_parallel_sizes": tuple(sizes)}
+            options["cp"] = req.cp_options(layout)
             progs = patterns.training_step(
                 layout, req.model.for_pipeline(cfg.pp), self.workload(cfg), cfg.zero_stage, options
             )
@@ -244,19 +241,19 @@ class Planner:
             infer = inference.inference_times(req, cfg, estimates)
             time = infer.decode
         else:
-            ends = [
-                step_time(
+
+            def at(end: int | None) -> StepTime:  # banded ops at their point / band's end
+                return step_time(
                     RoleTimes.of(estimates, end),
                     compute_s=self.compute_s,
                     pp=cfg.pp,
                     micro_batches=cfg.micro_batches * cfg.virtual_stages,  # chunk passes
                     overlap_dp=req.overlap_dp,
                 )
-                for end in (None, 0, 1)
-                if end is None or any(e.comm_band_s() for e in estimates.values())
-            ]
-            time = ends[0]
-            band = (ends[1].step, ends[2].step) if len(ends) == 3 else None
+
+            time = at(None)
+            if any(e.comm_band_s() for e in estimates.values()):
+                band = (at(0).step, at(1).step)
         return Evaluation(
             config=cfg,
             placement=self.placement(layout, axes),

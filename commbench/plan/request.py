@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.dtypes import canonical_dtype
 from commbench.errors import UsageError
-from commbench.traffic.layout import host_map
+from commbench.traffic.layout import ParallelLayout, host_map
 from commbench.traffic.memory import check_activation_options
 from commbench.traffic.model import ModelShape
 from commbench.traffic.patterns.base import FRAMEWORKS, check_choice
-from commbench.traffic.patterns.cp import FRAMEWORK_COMM_TYPES
+from commbench.traffic.patterns.cp import FRAMEWORK_COMM_TYPES, node_hierarchy
 from commbench.traffic.patterns.pp import check_schedule
 from commbench.traffic.presets import parse_model_arg
 
@@ -159,6 +159,14 @@ class PlanRequest:
     @property
     def nodes(self) -> tuple[int, ...]:
         return host_map(self.gpus, ranks_per_node=self.gpus_per_node)
+
+    def cp_options(self, layout: ParallelLayout) -> dict[str, Any]:
+        """Pattern cp's options beyond the workload's for a config: a2a+p2p's sizes, the a2a
+        inside a node (cp.node_hierarchy); the planner prices and --verify measures them."""
+        if self.cp_comm_type != "a2a+p2p":
+            return {}
+        sizes = node_hierarchy(layout, self.model, self.gpus_per_node)
+        return {"hierarchical_context_parallel_sizes": tuple(sizes)}
 
     @property
     def num_nodes(self) -> int:

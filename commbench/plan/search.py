@@ -139,7 +139,8 @@ def candidates(req: PlanRequest) -> list[Candidate]:
                     layout = ParallelLayout(req.gpus, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
                     split = model.for_pipeline(pp)  # Megatron's uneven split if pp needs one
                     bad = [why for _, why in violations(layout, split, seq, req.sequence_parallel)]
-                    bad += [w for w in [a2a_violation(layout, split, req.cp_comm_type or "")] if w]
+                    if why := a2a_violation(layout, split, req.cp_comm_type or ""):
+                        bad.append(why)
                     vps = virtual_stages(split, pp, req.virtual_stages) if not bad else {1: ""}
                     for b in req.micro_batch_sizes:
                         reasons = list(bad)

@@ -20,7 +20,6 @@ from commbench.plan.result import PlanResult
 from commbench.plan.search import Config
 from commbench.traffic import patterns
 from commbench.traffic.layout import ParallelLayout
-from commbench.traffic.patterns.cp import node_hierarchy
 from commbench.traffic.patterns.pp import GPIPE
 from commbench.traffic.program import Program
 
@@ -70,10 +69,7 @@ def step_program(req: PlanRequest, cfg: Config) -> Program:
     """The step Program of a planned config: what --verify measures and prices."""
     layout = ParallelLayout(req.gpus, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, pp=cfg.pp)
     model = req.model.for_pipeline(cfg.pp)  # uneven stages as the planner priced them
-    options = step_options(req, cfg)
-    if req.cp_comm_type == "a2a+p2p":  # the sizes the planner priced (planner.programs)
-        sizes = node_hierarchy(layout, req.model, req.gpus_per_node)
-        options["hierarchical_context_parallel_sizes"] = tuple(sizes)
+    options = {**step_options(req, cfg), **req.cp_options(layout)}  # the sizes it priced
     return patterns.build(STEP_PATTERN, layout, model, options)
 
 
