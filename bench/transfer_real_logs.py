@@ -4,10 +4,13 @@ predict each larger one, per set and op, scored against the issue's targets.
     python bench/transfer_real_logs.py                     # every set in ../shared/real-logs
     python bench/transfer_real_logs.py --set abci-v        # one set (repeats come with it)
     python bench/transfer_real_logs.py --json out.json     # the rows as JSON too
+    python bench/transfer_real_logs.py --logs my-logs/     # yours: a folder per cluster
 
 The logs (`../shared/real-logs`, read in place: the repo does not copy them; its README says
 where each comes from) are named `<gpu>_<nodes>x<gpus per node>_<op>_<set>.txt`; a set
-`X-rep0` is a repeat of set `X`. Per set, op and GPUs per node, with inter-node counts
+`X-rep0` is a repeat of set `X`. Your own logs (`--logs DIR`) may have any names: each log's
+op and shape are read from it by `commbench import`, its set is its folder (one per cluster
+and setting), and a second log of one op and shape in a folder is a repeat. Per set, op and GPUs per node, with inter-node counts
 n1 < n2 < ...: fit n1 and predict n2, and fit n1 + n2 together and predict every larger
 count; the logs of the fitted counts (and their repeats) go through `commbench import
 nccl-tests`, `commbench fit`, and `commbench validate --extrapolate --json` against each
@@ -86,24 +89,60 @@ class Row:
     needs: list[tuple[list[float], dict]] = field(default_factory=list)
 
 
-def discover(root: Path = LOGS) -> list[Log]:
+def discover(root: Path = LOGS, notes: list[str] | None = None) -> list[Log]:
+    """The logs under `root`: named `<gpu>_<nodes>x<g>_<op>_<set>.txt` (shared/real-logs), or
+    any other `.txt`/`.log`/`.out` file, whose op and shape are read from the log itself
+    (`commbench import`) and whose set is its folder (one folder per cluster and setting; a
+    second log of one op and shape there is a repeat). `notes` gets a line per file left out."""
     out = []
-    for path in sorted(root.glob("*.txt")):
+    probed: dict[tuple, list[Path]] = {}
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".txt", ".log", ".out")):
         m = _NAME.match(path.name)
-        if m is None:
-            continue
-        rep = re.search(r"-(rep\d+)$", m["set"])
-        out.append(
-            Log(
-                path,
-                int(m["n"]),
-                int(m["g"]),
-                m["op"],
-                m["set"][: rep.start()] if rep else m["set"],
-                rep.group(1) if rep else "",
+        if m is not None and path.parent == root:
+            rep = re.search(r"-(rep\d+)$", m["set"])
+            out.append(
+                Log(
+                    path,
+                    int(m["n"]),
+                    int(m["g"]),
+                    m["op"],
+                    m["set"][: rep.start()] if rep else m["set"],
+                    rep.group(1) if rep else "",
+                )
             )
-        )
+        elif path.name.lower() != "readme.txt" and (shape := _probe(path, notes)) is not None:
+            name = path.parent.name if path.parent != root else root.name
+            probed.setdefault((name, *shape), []).append(path)
+    for (name, op, nodes, per_node), paths in sorted(probed.items()):
+        for i, path in enumerate(paths):  # the first is the run, the others its repeats
+            out.append(Log(path, nodes, per_node, op, name, f"rep{i - 1}" if i else ""))
     return out
+
+
+def _probe(path: Path, notes: list[str] | None) -> tuple[str, int, int] | None:
+    """(op, nodes, GPUs per node) of one nccl-tests log, read by `commbench import`; None,
+    with a note, for a file that is not one or that holds several ops or shapes."""
+    with tempfile.TemporaryDirectory(prefix="cb-probe-") as tmp:
+        try:
+            commbench("import", "nccl-tests", str(path), "--results", tmp, "--run-id", "probe")
+        except RuntimeError as e:  # the import's own error line, after the command's
+            if notes is not None:
+                why = str(e).split(": exit 2: ", 1)[-1].removeprefix("commbench: error: ")
+                notes.append(f"# left out: {why}")
+            return None
+        records = read_records(Path(tmp) / "probe" / RECORDS).records
+    shapes = {(r["op"], r["hosts_spanned"], r["group_size"]) for r in records}
+    why = None
+    if len(shapes) != 1:
+        why = f"{len(shapes)} ops or shapes in one log: give one file per test"
+    elif (shape := shapes.pop())[1] is None:
+        why = "it names no hosts (no '#  Rank ... on HOST' lines): its node count is unknown"
+    if why is not None:
+        if notes is not None:
+            notes.append(f"# left out: {path}: {why}")
+        return None
+    op, nodes, ranks = shape
+    return op, nodes, ranks // nodes
 
 
 def commbench(*args: str) -> str:
@@ -125,7 +164,7 @@ class Workspace:
 
     def run(self, log: Log) -> Path:
         if log.path not in self.runs:
-            run_id = log.path.stem
+            run_id = f"{len(self.runs)}-{log.path.stem}"  # one stem may sit in two folders
             commbench("import", "nccl-tests", str(log.path), "--results", str(self.root),
                       "--run-id", run_id)  # fmt: skip
             self.runs[log.path] = self.root / run_id
@@ -377,7 +416,13 @@ def run(sets: list[str] | None = None, root: Path = LOGS) -> list[Row]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", action="append", help="one set (e.g. abci-v); default: every set")
-    ap.add_argument("--logs", type=Path, default=LOGS, help=f"the logs (default {LOGS})")
+    ap.add_argument(
+        "--logs",
+        type=Path,
+        default=LOGS,
+        help=f"the logs (default {LOGS}): named <gpu>_<nodes>x<g>_<op>_<set>.txt, or any "
+        "names in one folder per cluster and setting (op and shape read from each log)",
+    )
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     if not args.logs.is_dir():
@@ -389,7 +434,10 @@ def main() -> int:
         return 2
     print("# fit the small node counts, predict the larger (median/max |error| >= 1 MiB)")
     print(table(rows))
-    chosen = [x for x in discover(args.logs) if not args.set or x.set in args.set]
+    notes: list[str] = []
+    chosen = [x for x in discover(args.logs, notes) if not args.set or x.set in args.set]
+    for line in notes:
+        print(line)
     for line in untransferred(chosen):
         print(line)
     with tempfile.TemporaryDirectory(prefix="cb-real-logs-") as tmp:

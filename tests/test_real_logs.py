@@ -142,6 +142,41 @@ def test_transfer_bench_on_one_set():
 
 
 @NEEDS_LOGS
+def test_transfer_bench_reads_your_own_logs_by_what_they_hold(tmp_path):
+    """A user's folder of logs named anyhow (copies made here, in tmp): each log's op and
+    shape come from the log, its set from its folder, a second log of one shape is a repeat;
+    a file that is not a log is left out with the import's own reason."""
+    import shutil
+
+    bench = _bench()
+    mine = tmp_path / "our-cluster"
+    mine.mkdir()
+    for n, name in (
+        (2, "monday_alltoall.log"),
+        (8, "job-77_alltoall.out"),
+        (256, "big_alltoall.txt"),
+    ):
+        shutil.copy(REAL_LOGS / f"a100_{n}x4_alltoall_polaris-nccl221-env5.txt", mine / name)
+    shutil.copy(
+        REAL_LOGS / "a100_8x4_alltoall_polaris-nccl221-env5.txt", mine / "again_alltoall.log"
+    )
+    (mine / "notes.txt").write_text("what we ran on Monday\n")
+    notes: list[str] = []
+    logs = bench.discover(tmp_path, notes)
+    assert sorted((x.set, x.op, x.nodes, x.per_node, bool(x.repeat)) for x in logs) == [
+        ("our-cluster", "alltoall", 2, 4, False), ("our-cluster", "alltoall", 8, 4, False),
+        ("our-cluster", "alltoall", 8, 4, True), ("our-cluster", "alltoall", 256, 4, False),
+    ]  # fmt: skip
+    (note,) = notes
+    assert note.startswith("# left out: ") and "notes.txt: not a nccl-tests log" in note
+    rows = bench.run(root=tmp_path)
+    assert [(r.set, r.fitted, r.target, r.repeats) for r in rows] == [
+        ("our-cluster", [2], 8, 2), ("our-cluster", [2, 8], 256, 1),
+    ]  # fmt: skip
+    assert all(r.status == "PASS" for r in rows), [(r.target, r.median) for r in rows]
+
+
+@NEEDS_LOGS
 def test_allgather_and_alltoall_transfer_to_hundreds_of_nodes():
     """Polaris (NCCL 2.21.5, 4 GPUs per node): fit 2 + 8 nodes, predict 256 and 540 (x32 and
     x67 the largest fitted count): all-gather and all-to-all within the issue's 20% (median
