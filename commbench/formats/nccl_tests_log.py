@@ -10,6 +10,7 @@ from pathlib import Path
 
 from commbench.formats.common import is_count
 from commbench.formats.nccl_tuning import TUNING
+from commbench.nccl_names import REGIME_SETTINGS
 
 BINARY = re.compile(
     r"(?<![A-Za-z])(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|broadcast|"
@@ -125,7 +126,7 @@ def split_sections(path: Path, lines: list[str]) -> tuple[list[Section], dict, d
     if mentioned is not None:
         meta.setdefault("nccl_version", mentioned)
     # what NCCL was told to run (NCCL_DEBUG=INFO's "NCCL_ALGO set by environment to Ring")
-    for key, name in (("NCCL_ALGO", "algorithm"), ("NCCL_PROTO", "protocol")):
+    for name, key in REGIME_SETTINGS.items():
         if key in meta["env"]:
             meta[name] = meta["env"][key]
     return sections, meta, env_lines
