@@ -48,6 +48,9 @@ sys.path.insert(0, str(REPO))
 
 from commbench import cli  # noqa: E402
 from commbench.calibration.band import BandTerms, Priors  # noqa: E402
+from commbench.errors import UsageError  # noqa: E402
+from commbench.formats import nccl_tests  # noqa: E402
+from commbench.formats.common import Hints  # noqa: E402
 from commbench.results.rundir import RECORDS, read_records  # noqa: E402
 
 LOGS = REPO.parent / "shared" / "real-logs"
@@ -120,17 +123,14 @@ def discover(root: Path = LOGS, notes: list[str] | None = None) -> list[Log]:
 
 
 def _probe(path: Path, notes: list[str] | None) -> tuple[str, int, int] | None:
-    """(op, nodes, GPUs per node) of one nccl-tests log, read by `commbench import`; None,
+    """(op, nodes, GPUs per node) of one nccl-tests log, as `commbench import` reads it; None,
     with a note, for a file that is not one or that holds several ops or shapes."""
-    with tempfile.TemporaryDirectory(prefix="cb-probe-") as tmp:
-        try:
-            commbench("import", "nccl-tests", str(path), "--results", tmp, "--run-id", "probe")
-        except RuntimeError as e:  # the import's own error line, after the command's
-            if notes is not None:
-                why = str(e).split(": exit 2: ", 1)[-1].removeprefix("commbench: error: ")
-                notes.append(f"# left out: {why}")
-            return None
-        records = read_records(Path(tmp) / "probe" / RECORDS).records
+    try:
+        records = nccl_tests.parse(path, Hints()).records
+    except UsageError as e:  # the import's own reason
+        if notes is not None:
+            notes.append(f"# left out: {e}")
+        return None
     shapes = {(r["op"], r["hosts_spanned"], r["group_size"]) for r in records}
     why = None
     if len(shapes) != 1:
