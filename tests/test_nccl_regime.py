@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 
 import pytest
+from fit_samples import nccl_tests_new
 
 from commbench import calibration, cli
 from commbench.calibration import op_accuracy
@@ -564,3 +565,41 @@ def test_a_run_s_pinned_records_fit_apart_from_nccl_s_choice(tmp_path):
     run("chosen", {}, 2e-4)
     got = collect(read_fit_runs([tmp_path / "ring", tmp_path / "chosen"]))
     assert sorted(k.regime for k in got.series) == ["", "RING/*"]
+
+
+# ---- a pinned algorithm scales as that algorithm across node counts -------------------------
+
+
+def two_nodes(algo: str | None) -> str:
+    """nccl-tests all_reduce on 2 nodes x 4 (one inter-node link), NCCL_ALGO pinned or not."""
+    text = nccl_tests_new(ranks=8, hosts=2, alpha_us=30.0, busbw_GBps=20.0)
+    if algo is None:
+        return text
+    pin = "dgx-a00:41000:41000 [0] NCCL INFO NCCL_PROTO set by environment to Simple"
+    return text.replace(
+        pin, f"{pin}\ndgx-a00:41000:41000 [0] NCCL INFO NCCL_ALGO set by environment to {algo}"
+    )
+
+
+@pytest.mark.parametrize("nbytes", [1 << 20, 4 << 20])
+def test_a_pinned_ring_is_scaled_as_the_ring_where_nccl_would_choose_the_tree(tmp_path, nbytes):
+    """On 16 nodes NCCL's model picks the tree at 1-4 MiB (log2 inter steps, not 2 (N - 1)):
+    runs that let NCCL choose are scaled by it; runs that pinned NCCL_ALGO=Ring stay the ring
+    at the target (its 2 (p - 1) steps at the same per-peer chunk, slower), Tree the tree; an
+    algorithm the model does not price (NVLS) is scaled as NCCL's choice, and says so."""
+    got = {}
+    for algo in (None, "Ring", "Tree", "NVLS"):
+        where = tmp_path / (algo or "chose")
+        where.mkdir()
+        _, cal = fitted(where, {"r": two_nodes(algo)})
+        got[algo] = cal.explain("allreduce", nbytes, 64, "inter", extrapolate=True, nodes=16)
+    assert "(ring) to 64 on 16 (tree) by NCCL's ring/tree model" in got[None].method
+    assert "same per-peer chunk" in got["Ring"].method
+    assert "NCCL_ALGO pinned the ring" in got["Ring"].method
+    assert got["Ring"].seconds > 1.2 * got[None].seconds
+    assert "(tree) to 64 on 16 (tree) by NCCL's model of the pinned algorithm" in got["Tree"].method
+    assert got["Ring"].band is not None and got["Tree"].band is not None
+    assert got["NVLS"].method == got[None].method
+    assert any(
+        "pinned NCCL_ALGO NVLS, which commbench's NCCL model" in n for n in got["NVLS"].notes
+    )

@@ -315,12 +315,20 @@ def nccl_steps(op: str, alg: str, p: int, nodes: int) -> tuple[float, float, flo
 
 
 def nccl_time(
-    op: str, p: int, nodes: int, nbytes: float, inter: float, intra: float | None, beta: float
+    op: str,
+    p: int,
+    nodes: int,
+    nbytes: float,
+    inter: float,
+    intra: float | None,
+    beta: float,
+    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
 ) -> tuple[float, str]:
-    """(seconds, algorithm) of the faster of NCCL's ring and tree with an inter-node step of
-    `inter` s, an intra-node one of `intra` (None: NVLINK_PER_NET x inter) and beta s/byte."""
+    """(seconds, algorithm) of the fastest of `algorithms` (NCCL's choice: ring and tree; the
+    one a run's NCCL_ALGO pinned) with an inter-node step of `inter` s, an intra-node one of
+    `intra` (None: NVLINK_PER_NET x inter) and beta s/byte."""
     best: tuple[float, str] | None = None
-    for alg in NCCL_ALGORITHMS:
+    for alg in algorithms:
         steps = nccl_steps(op, alg, p, nodes)
         if steps is None:
             continue
@@ -333,14 +341,20 @@ def nccl_time(
 
 
 def nccl_inter_latency(
-    op: str, shape: tuple[int, int], nbytes: float, seconds: float, intra: float | None, beta: float
+    op: str,
+    shape: tuple[int, int],
+    nbytes: float,
+    seconds: float,
+    intra: float | None,
+    beta: float,
+    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
 ) -> float:
-    """The inter-node step latency under which NCCL's faster algorithm takes `seconds` at
+    """The inter-node step latency under which the fastest of `algorithms` takes `seconds` at
     `shape` (ranks, nodes): each algorithm's own solution, the largest (the envelope rises with
     it, so it crosses `seconds` where the last algorithm does), at least 0."""
     p, nodes = shape
     out = 0.0
-    for alg in NCCL_ALGORITHMS:
+    for alg in algorithms:
         steps = nccl_steps(op, alg, p, nodes)
         if steps is None:
             continue

@@ -18,7 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from commbench.calibration.algorithms import NCCL, nccl_inter_latency, nccl_steps, nccl_time
+from commbench.calibration.algorithms import (
+    NCCL,
+    NCCL_ALGORITHMS,
+    nccl_inter_latency,
+    nccl_steps,
+    nccl_time,
+)
 from commbench.calibration.band import DEFAULT_PRIORS, BandTerms, Priors, band_terms
 from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
@@ -61,8 +67,28 @@ def hierarchical_ratio(
 Measured = tuple[float, tuple[float, float]]
 
 
+def pinned_algorithms(s: SeriesModel, op: str) -> tuple[tuple[str, ...], str | None]:
+    """The algorithms of NCCL's model s's runs could have run: the one their NCCL_ALGO pinned
+    (the series key's algorithm) where the model has it for op, else ring and tree, NCCL's
+    choice; and a note where the pinned one is not modelled (NVLS, CollNet, PAT)."""
+    alg = s.key.algorithm.lower()
+    if not alg:
+        return NCCL_ALGORITHMS, None
+    if alg in NCCL_ALGORITHMS and nccl_steps(op, alg, 2, 1) is not None:
+        return (alg,), None
+    return NCCL_ALGORITHMS, (
+        f"the runs pinned NCCL_ALGO {s.key.algorithm}, which commbench's NCCL model does not "
+        "price: scaled as NCCL's ring or tree"
+    )
+
+
 def _nccl_terms(
-    intra: LinkModel | None, op: str, shape_from: tuple[int, int], nbytes: float, measured: Measured
+    intra: LinkModel | None,
+    op: str,
+    shape_from: tuple[int, int],
+    nbytes: float,
+    measured: Measured,
+    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
 ) -> tuple[float, float | None, float] | None:
     """(inter-node step, intra-node hop, beta per byte of the ring's B S) of NCCL's model of
     op for a series measured at shape_from: beta its bandwidth there (NCCL's own differs by
@@ -76,7 +102,7 @@ def _nccl_terms(
     beta = beta_s / steps_q[2]
     other = intra.terms_at(op, nbytes) if intra is not None else None
     hop = other.alpha_s if other is not None else None
-    return nccl_inter_latency(op, shape_from, small, t_small, hop, beta), hop, beta
+    return nccl_inter_latency(op, shape_from, small, t_small, hop, beta, algorithms), hop, beta
 
 
 def nccl_ratio(
@@ -87,18 +113,20 @@ def nccl_ratio(
     nbytes: float,
     measured: Measured,
     bandwidth_scale: float = 1.0,
+    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
-    faster of ring and tree (calibration.algorithms), and the algorithm of each, on the terms
-    _nccl_terms fits to the series; None where NCCL has no model of op. `bandwidth_scale`:
-    shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it is the same."""
+    fastest of `algorithms` (calibration.algorithms; pinned_algorithms), and the algorithm of
+    each, on the terms _nccl_terms fits to the series; None where NCCL has no model of op.
+    `bandwidth_scale`: shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it
+    is the same."""
     (q, nq), (p, n) = shape_from, shape_to
-    terms = _nccl_terms(intra, op, shape_from, nbytes, measured)
+    terms = _nccl_terms(intra, op, shape_from, nbytes, measured, algorithms)
     if terms is None or n < 1 or p < n:
         return None
     step, hop, beta = terms
-    base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta)
-    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale)
+    base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta, algorithms)
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale, algorithms)
     return (target / base, alg_q, alg_p) if base > 0 else None
 
 
@@ -115,20 +143,30 @@ def to_nodes(
     """An inter series s measured at shape_from = (q ranks, Nq nodes) scaled to shape_to: on a
     link fitted under NCCL's model, at the same per-peer chunk (chunk_ratio) where NCCL runs
     a ring there (all-gather, reduce-scatter, all-to-all; all-reduce where its model picks
-    the ring over the tree), else by nccl_ratio; on other links by hierarchical_ratio with the
-    intra link's terms under the same model; (ratio, method, notes), or None."""
+    the ring over the tree, or the runs pinned it), else by nccl_ratio; on other links by
+    hierarchical_ratio with the intra link's terms under the same model; (ratio, method,
+    notes), or None."""
     (q, nq), (p, n) = shape_from, shape_to
     if intra is not None and intra.best_model != link.best_model:
         intra = intra.library  # both links priced under the same model
     notes = [link.note] if link.note else []
     if link.best_model == NCCL:
+        algorithms, unmodelled = pinned_algorithms(s, op)
+        notes += [unmodelled] if unmodelled else []
         measured = _measured(s, nbytes)
-        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale)
+        got = nccl_ratio(
+            intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale, algorithms
+        )
         chunked = chunk_ratio(s, op, shape_from, shape_to, nbytes)
         if chunked is not None and op != "allreduce":
             return chunked[0], chunked[1], notes
         if chunked is not None and got is not None and got[2] == "ring":
-            return chunked[0], f"{chunked[1]} (NCCL's model runs the ring there)", notes
+            why = (
+                "NCCL_ALGO pinned the ring"
+                if algorithms == ("ring",)
+                else ("NCCL's model runs the ring there")
+            )
+            return chunked[0], f"{chunked[1]} ({why})", notes
         if got is not None:
             if nq <= 2 < n:
                 notes.append(
@@ -136,9 +174,10 @@ def to_nodes(
                     f"(tuning.cc): the bus bandwidth measured on {nq} nodes need not hold on {n}"
                 )
             hops = "the intra link's" if intra is not None else "NCCL's NVLink/network"
+            model = "ring/tree model" if len(algorithms) > 1 else "model of the pinned algorithm"
             method = (
                 f"scaled from group size {q} on {nq} nodes ({got[1]}) to {p} on {n} "
-                f"({got[2]}) by NCCL's ring/tree model, intra-node steps at {hops} latency"
+                f"({got[2]}) by NCCL's {model}, intra-node steps at {hops} latency"
             )
             return got[0], method, notes
     if intra is None:
@@ -218,11 +257,12 @@ def _latency_share(
     """The share of NCCL's time at shape_to that is latency steps, not bytes (nccl_ratio's
     terms; 0 where NCCL has no model of op): where latency dominates, the steps were scaled
     furthest and the band is widest."""
-    terms = _nccl_terms(intra, op, shape_from, nbytes, _measured(s, nbytes))
+    algorithms = pinned_algorithms(s, op)[0]
+    terms = _nccl_terms(intra, op, shape_from, nbytes, _measured(s, nbytes), algorithms)
     if terms is None:
         return 0.0
     step, hop, beta = terms
-    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta)
+    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta, algorithms)
     steps = nccl_steps(op, alg, *shape_to)
     if steps is None or total <= 0:
         return 0.0
