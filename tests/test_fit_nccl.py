@@ -20,6 +20,7 @@ from commbench.calibration.algorithms import (
     nccl_inter_latency,
     nccl_steps,
     nccl_time,
+    tree_correction,
 )
 
 from conftest import REPO
@@ -49,10 +50,11 @@ def test_ring_and_tree_steps_are_nccls(p, nodes):
 
 def test_faster_algorithm_is_taken():
     """8 nodes x 8, inter step 10 us, NVLink 1 us, 40 GB/s: the tree's 6 inter steps beat the
-    ring's 14 at 1 MiB, the ring's 2 x 63/64 bytes beat the tree's 2 / 0.92 at 1 GiB."""
+    ring's 14 at 1 MiB even at half its bandwidth there (NCCL's correction), the ring's
+    2 x 63/64 bytes beat the tree's 2 / 0.92 at 1 GiB."""
     inter, intra, beta = 10e-6, 1e-6, 1 / 40e9
     ring_small = 112 * intra + 14 * inter + beta * 2 * 63 / 64 * (1 << 20)
-    tree_small = 14 * intra + 6 * inter + beta * 2 / 0.92 * (1 << 20)
+    tree_small = 14 * intra + 6 * inter + beta * 2 / 0.92 / 0.5 * (1 << 20)
     assert tree_small < ring_small
     assert nccl_time("allreduce", 64, 8, 1 << 20, inter, intra, beta) == pytest.approx(
         (tree_small, "tree")
@@ -64,7 +66,34 @@ def test_faster_algorithm_is_taken():
     # without an intra link, an NVLink hop costs NCCL's default 3.4/14 (ring), 4.0/14 (tree)
     t, alg = nccl_time("allreduce", 64, 8, 1 << 20, inter, None, beta)
     assert alg == "tree"
-    assert t == pytest.approx(14 * 4.0 / 14 * inter + 6 * inter + beta * 2 / 0.92 * (1 << 20))
+    assert t == pytest.approx(14 * 4.0 / 14 * inter + 6 * inter + beta * 2 / 0.92 / 0.5 * (1 << 20))
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "factor"),
+    [(1 << 10, 0.9), (64 << 10, 0.6), (1 << 20, 0.5), (4 << 20, 0.7), (16 << 20, 0.7),
+     (256 << 20, 0.9), (1 << 30, 1.0), (1 << 34, 1.0)],
+)  # fmt: skip
+def test_the_tree_s_bandwidth_carries_nccl_s_correction_at_medium_sizes(nbytes, factor):
+    """NCCL's tuner prices the tree at its bandwidth x treeCorrectionFactor (Simple row) of
+    log2(S / 64): 0.5 at 1 MiB, none from 1 GiB; the ring is not corrected."""
+    assert tree_correction(nbytes) == factor
+    assert nccl_steps("allreduce", "tree", 64, 8, nbytes) == pytest.approx(
+        (14, 6, 2 / 0.92 / factor)
+    )
+    assert nccl_steps("allreduce", "ring", 64, 8, nbytes) == nccl_steps("allreduce", "ring", 64, 8)
+
+
+def test_the_correction_makes_nccl_run_the_ring_where_the_bare_tree_would_win():
+    """16 nodes x 4, inter step 20 us, 10 GB/s, 8 MiB: uncorrected, the tree's 8 inter steps
+    (against the ring's 30) would win by 0.2 ms; at 0.8 of its bandwidth it loses."""
+    inter, intra, beta, s = 20e-6, 2e-6, 1 / 10e9, 8 << 20
+    ring = 2 * 63 - 30, 30, 2 * 63 / 64
+    bare_tree = 24 * intra + 8 * inter + beta * 2 / 0.92 * s
+    assert bare_tree < ring[0] * intra + ring[1] * inter + beta * ring[2] * s
+    t, alg = nccl_time("allreduce", 64, 16, s, inter, intra, beta)
+    assert alg == "ring"
+    assert t == pytest.approx(ring[0] * intra + ring[1] * inter + beta * ring[2] * s)
 
 
 def test_inter_latency_makes_the_envelope_take_the_measured_time():

@@ -265,6 +265,22 @@ TREE_BW = 0.92
 # (tuning.cc hwLatencies: ring 3.4 / 14 us, tree 4.0 / 14 us): what an intra-node step costs
 # against an inter-node one where the calibration measured no intra link
 NVLINK_PER_NET = {"ring": 3.4 / 14.0, "tree": 4.0 / 14.0}
+# NCCL's treeCorrectionFactor, Simple row (tuning.cc, 2.19+: "trees are not perfectly sticking
+# to the model for medium sizes"): the tree's bandwidth x this at S = 64 B x 2^k, k = log2(S /
+# 64); 1 from 1 GiB. NCCL's tuner applies it before choosing, so from 64 KiB to 256 MiB it
+# runs the ring at node counts where the uncorrected model would pick the tree (ABCI V100 at
+# 16 and 32 nodes: the ring's times). Simple: the protocol that carries the bytes across
+# nodes; the series' small-size segments are the LL/LL128 regimes, where latency rules.
+TREE_CORRECTION = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5,
+                   .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9)  # fmt: skip
+
+
+def tree_correction(nbytes: float) -> float:
+    """NCCL's correction of the tree's bandwidth at S bytes (TREE_CORRECTION)."""
+    k = int(math.log2(max(nbytes, 64) / 64))
+    return TREE_CORRECTION[k] if k < len(TREE_CORRECTION) else 1.0
+
+
 NCCL_RING = {  # op -> (steps(p), byte factor(p)) of NCCL's ring; inter steps follow from nodes
     "allreduce": (lambda p: 2 * (p - 1), lambda p: 2 * frac(p)),
     "allgather": (lambda p: p - 1, frac),
@@ -294,9 +310,12 @@ def _nccl_sendrecv(p: int, nodes: int) -> tuple[float, float, float]:
 NCCL_P2P = {"alltoall": _nccl_alltoall, "alltoallv": _nccl_alltoall, "sendrecv": _nccl_sendrecv}
 
 
-def nccl_steps(op: str, alg: str, p: int, nodes: int) -> tuple[float, float, float] | None:
+def nccl_steps(
+    op: str, alg: str, p: int, nodes: int, nbytes: float | None = None
+) -> tuple[float, float, float] | None:
     """(intra-node steps, inter-node steps, byte factor B) of NCCL's `alg` for op on p ranks
-    over `nodes` nodes (p / nodes per node); None where NCCL has no such algorithm."""
+    over `nodes` nodes (p / nodes per node); None where NCCL has no such algorithm. The tree's
+    B at S = nbytes carries NCCL's correction (tree_correction), none where S is not given."""
     assert alg in NCCL_ALGORITHMS and 1 <= nodes <= max(p, 1), (alg, p, nodes)
     if p <= 1:
         return 0.0, 0.0, 0.0
@@ -304,7 +323,8 @@ def nccl_steps(op: str, alg: str, p: int, nodes: int) -> tuple[float, float, flo
         if op != "allreduce":
             return None
         inter = 2.0 * math.floor(math.log2(nodes))  # NCCL's log2i
-        return 2.0 * (p // nodes - 1), inter, 2.0 / TREE_BW
+        correction = 1.0 if nbytes is None else tree_correction(nbytes)
+        return 2.0 * (p // nodes - 1), inter, 2.0 / TREE_BW / correction
     if op in NCCL_P2P:
         return NCCL_P2P[op](p, nodes)
     if op not in NCCL_RING:
@@ -329,7 +349,7 @@ def nccl_time(
     `intra` (None: NVLINK_PER_NET x inter) and beta s/byte."""
     best: tuple[float, str] | None = None
     for alg in algorithms:
-        steps = nccl_steps(op, alg, p, nodes)
+        steps = nccl_steps(op, alg, p, nodes, nbytes)
         if steps is None:
             continue
         n_intra, n_inter, b = steps
@@ -355,7 +375,7 @@ def nccl_inter_latency(
     p, nodes = shape
     out = 0.0
     for alg in algorithms:
-        steps = nccl_steps(op, alg, p, nodes)
+        steps = nccl_steps(op, alg, p, nodes, nbytes)
         if steps is None:
             continue
         n_intra, n_inter, b = steps

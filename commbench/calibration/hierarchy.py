@@ -263,7 +263,7 @@ def _latency_share(
         return 0.0
     step, hop, beta = terms
     total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta, algorithms)
-    steps = nccl_steps(op, alg, *shape_to)
+    steps = nccl_steps(op, alg, *shape_to, nbytes)
     if steps is None or total <= 0:
         return 0.0
     return min(max(1.0 - beta * steps[2] * nbytes / total, 0.0), 1.0)
