@@ -295,8 +295,19 @@ def test_two_pinned_regimes_fit_as_two_series_and_predict_picks_each(tmp_path):
     assert tree.seconds * 1e6 == pytest.approx(6 + s * 1.5 / 20e3, rel=0.01)
     assert ring.series is not None and ring.series.regime == "RING/SIMPLE"
     assert "RING/SIMPLE" in ring.series.label()
-    with pytest.raises(UsageError, match="only under pinned NCCL algorithms .RING, TREE.*pass"):
-        cal.predict("allreduce", s, 4, "intra")  # NCCL's own choice was never measured
+    # NCCL's own choice was never measured: its tuner takes the fastest, so the faster of the
+    # two pinned regimes at each size (the ring's bandwidth at 1 MiB, the tree's latency at 1 KiB)
+    chose = cal.explain("allreduce", s, 4, "intra")
+    assert chose.seconds == ring.seconds and chose.series == ring.series
+    small = cal.explain("allreduce", 1024, 4, "intra")
+    assert small.seconds == cal.predict("allreduce", 1024, 4, "intra", algorithm="tree")
+    assert small.seconds < cal.predict("allreduce", 1024, 4, "intra", algorithm="ring")
+    assert small.notes == [
+        "NCCL's own choice was not measured, only runs that pinned RING/SIMPLE, TREE/LL: "
+        "priced as the fastest of them, TREE/LL (NCCL's tuner takes the fastest)"
+    ]
+    with pytest.raises(UsageError, match="outside the measured sizes"):
+        cal.predict("allreduce", 1 << 30, 4, "intra")  # each regime refuses: the first says why
     with pytest.raises(UsageError, match="not measured under RING/LL .*ran: RING/SIMPLE, TREE/LL"):
         cal.predict("allreduce", s, 4, "intra", algorithm="RING", protocol="LL")
     with pytest.raises(UsageError, match="algorithm=: unknown NCCL algorithm 'Rign'"):
@@ -570,9 +581,9 @@ def test_a_run_s_pinned_records_fit_apart_from_nccl_s_choice(tmp_path):
 # ---- a pinned algorithm scales as that algorithm across node counts -------------------------
 
 
-def two_nodes(algo: str | None) -> str:
+def two_nodes(algo: str | None, alpha_us: float = 30.0, busbw_GBps: float = 20.0) -> str:
     """nccl-tests all_reduce on 2 nodes x 4 (one inter-node link), NCCL_ALGO pinned or not."""
-    text = nccl_tests_new(ranks=8, hosts=2, alpha_us=30.0, busbw_GBps=20.0)
+    text = nccl_tests_new(ranks=8, hosts=2, alpha_us=alpha_us, busbw_GBps=busbw_GBps)
     if algo is None:
         return text
     pin = "dgx-a00:41000:41000 [0] NCCL INFO NCCL_PROTO set by environment to Simple"
@@ -603,3 +614,28 @@ def test_a_pinned_ring_is_scaled_as_the_ring_where_nccl_would_choose_the_tree(tm
     assert any(
         "pinned NCCL_ALGO NVLS, which commbench's NCCL model" in n for n in got["NVLS"].notes
     )
+
+
+def test_pinned_ring_and_tree_runs_give_nccl_s_choice_at_another_node_count(tmp_path):
+    """Ring and Tree pinned on 2 nodes, none letting NCCL choose: at 16 nodes each is scaled
+    as its own algorithm and NCCL's choice is the faster of the two at each size (the tree's
+    log2 steps at 64 KiB, the ring's bandwidth at 64 MiB, where the tree was measured at half)."""
+    _, cal = fitted(
+        tmp_path,
+        {"ring": two_nodes("Ring"), "tree": two_nodes("Tree", alpha_us=40.0, busbw_GBps=10.0)},
+    )
+    taken = {}
+    for nbytes in (64 << 10, 64 << 20):
+        each = {
+            alg: cal.explain(
+                "allreduce", nbytes, 64, "inter", extrapolate=True, nodes=16, algorithm=alg
+            )  # fmt: skip
+            for alg in ("ring", "tree")
+        }
+        chose = cal.explain("allreduce", nbytes, 64, "inter", extrapolate=True, nodes=16)
+        fastest = min(each, key=lambda a: each[a].seconds)
+        assert chose.seconds == each[fastest].seconds and chose.band == each[fastest].band
+        said = f"priced as the fastest of them, {fastest.upper()}/SIMPLE"
+        assert any(said in n for n in chose.notes)
+        taken[nbytes] = fastest
+    assert taken == {64 << 10: "tree", 64 << 20: "ring"}

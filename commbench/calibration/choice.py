@@ -5,6 +5,9 @@ first), and by the NCCL regime asked for (choose_regime); which regime a record 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
 from commbench.calibration.lines import LinkModel, SeriesModel
 from commbench.calibration.series_key import regime_of
 from commbench.errors import UsageError
@@ -39,10 +42,10 @@ def choose_regime(
 ) -> tuple[list[SeriesModel], list[str]]:
     """The candidates of the NCCL regime asked for, and notes. Unasked (None), NCCL's own
     choice: the series whose runs pinned nothing, else, where every run pinned one and the
-    same regime, that one (said in a note); runs of several pinned regimes and none of NCCL's
-    choice are a UsageError asking which. Asked (a name, or "" for NCCL's choice), the series
-    of that algorithm / protocol; a field not asked prefers NCCL's choice, and where only
-    several pinned values are left, a UsageError asks which."""
+    same regime, that one (said in a note); where runs pinned several regimes and none let
+    NCCL choose, all of them (the caller prices NCCL's choice as the fastest, as its tuner
+    takes the fastest). Asked (a name, or "" for NCCL's choice), the series of that
+    algorithm / protocol; a field not asked prefers NCCL's choice, else the same."""
     asked = {"algorithm": algorithm, "protocol": protocol}
     out = [s for s in cands if all(v is None or getattr(s.key, k) == v for k, v in asked.items())]
     regimes = sorted({s.key.regime or "NCCL's choice" for s in cands})
@@ -60,14 +63,42 @@ def choose_regime(
             out = mine
             continue
         values = sorted({getattr(s.key, k) for s in out})
-        if len(values) > 1:
-            raise UsageError(
-                f"{want}: {source} has it only under pinned NCCL {k}s ({', '.join(values)}), "
-                f"none of NCCL's own choice: pass {k}="
-            )
-        if values:
+        if len(values) == 1:
             notes.append(f"measured only with NCCL's {k} pinned to {values[0]}: priced as that")
     return out, notes
+
+
+class Priced(Protocol):
+    seconds: float
+
+
+P = TypeVar("P", bound=Priced)
+
+
+def fastest_regime(
+    cands: list[SeriesModel], price: Callable[[list[SeriesModel]], P]
+) -> tuple[P, str | None]:
+    """price() of the candidates, one regime at a time where choose_regime left several
+    (pinned runs only: NCCL's own choice is the fastest of them, as its tuner takes the
+    fastest), and a note saying so; a regime price() refuses is skipped, and where all are,
+    the first refusal is raised."""
+    regimes = sorted({s.key.regime for s in cands})
+    if len(regimes) <= 1:
+        return price(cands), None
+    got: list[tuple[P, str]] = []
+    refused: list[UsageError] = []
+    for regime in regimes:
+        try:
+            got.append((price([s for s in cands if s.key.regime == regime]), regime))
+        except UsageError as e:
+            refused.append(e)
+    if not got:
+        raise refused[0]
+    best, regime = min(got, key=lambda x: x[0].seconds)
+    return best, (
+        f"NCCL's own choice was not measured, only runs that pinned {', '.join(regimes)}: "
+        f"priced as the fastest of them, {regime} (NCCL's tuner takes the fastest)"
+    )
 
 
 def spelled(algorithm: str | None, protocol: str | None) -> tuple[str | None, str | None]:

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 from commbench.calibration.algorithms import LIBRARIES, switched
 from commbench.calibration.band import Priors
 from commbench.calibration.choice import (
     TIMING_PREFERENCE,
     choose_regime,
+    fastest_regime,
     prefer,
+    rank,
     resolve_backend,
     spelled,
 )
@@ -235,9 +238,10 @@ class Calibration:
         if placement is not None:
             on_link = [s for s in on_link if s.key.placement == placement]
         on_link, notes = choose_regime(on_link, algorithm, protocol, want, self.source)
-        got = self._pick(op, nbytes, group_size, link_class, dtype, backend, extrapolate,
-                         on_link, want, ops, nodes)  # fmt: skip
-        got.notes[:0] = notes
+        pick = partial(self._pick, op, nbytes, group_size, link_class, dtype, backend,
+                       extrapolate, want=want, ops=ops, nodes=nodes)  # fmt: skip
+        got, note = fastest_regime(on_link, pick)
+        got.notes[:0] = [*notes, *([note] if note else [])]
         return got
 
     def _pick(
@@ -273,8 +277,7 @@ class Calibration:
                 series=s.key,
                 kind=self.kind,
             )
-        reference = self.kind == "reference"
-        if not extrapolate and not reference:
+        if not extrapolate and self.kind != "reference":
             raise UsageError(
                 f"{want}: not measured in {self.source} (it covers: "
                 f"{self.describe(op=ops[-1])}); --extrapolate scales from the link table"
@@ -290,9 +293,7 @@ class Calibration:
         if timing:
             same = [x for x in links if x.timing == timing]
             links = same or links
-        links.sort(
-            key=lambda x: TIMING_PREFERENCE.index(x.timing) if x.timing in TIMING_PREFERENCE else 9
-        )
+        links.sort(key=lambda x: rank(x.timing, TIMING_PREFERENCE))
         return links[0] if links else None
 
     def _to_nodes(self, link, s, op, p, nodes, nbytes) -> Scaled | None:
