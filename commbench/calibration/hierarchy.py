@@ -161,11 +161,8 @@ def to_nodes(
         if chunked is not None and op != "allreduce":
             return chunked[0], chunked[1], notes
         if chunked is not None and got is not None and got[2] == "ring":
-            why = (
-                "NCCL_ALGO pinned the ring"
-                if algorithms == ("ring",)
-                else ("NCCL's model runs the ring there")
-            )
+            pinned = algorithms == ("ring",)
+            why = "NCCL_ALGO pinned the ring" if pinned else "NCCL's model runs the ring there"
             return chunked[0], f"{chunked[1]} ({why})", notes
         if got is not None:
             if nq <= 2 < n:
