@@ -203,6 +203,19 @@ def test_allgather_and_alltoall_transfer_to_hundreds_of_nodes():
 
 
 @NEEDS_LOGS
+def test_v100_nodes_run_the_ring_where_nccl_s_tree_correction_says():
+    """ABCI V (4 x V100, 2 x EDR): fit 2 + 4 nodes, predict 8, 16, 32. NCCL's tuner prices the
+    tree at its medium-size correction (0.5-0.8 of its bandwidth at 1-32 MiB), so it runs the
+    ring there, and the predictions take the ring's per-peer chunk: within the issue's 10% at
+    8 and 16 nodes and 20% at 32 (26% and 36% at 16 and 32 with the bare tree)."""
+    rows = [r for r in _bench().run(["abci-v"]) if r.fitted == [2, 4]]
+    assert [(r.target, r.goal) for r in rows] == [(8, 0.10), (16, 0.10), (32, 0.20)]
+    for r in rows:
+        assert r.median is not None and r.median <= r.goal, (r.target, r.median)
+        assert any("runs the ring there" in m for m in r.methods)
+
+
+@NEEDS_LOGS
 def test_twin_sets_bound_what_any_prediction_can_reach(tmp_path):
     """Polaris' NCCL 2.18 and 2.21.5 all-reduce logs agree within 2% at 2 and 8 nodes and
     differ 1.3-1.9x at 540: whatever a fit to 2 + 8 nodes predicts, it misses one of them by
