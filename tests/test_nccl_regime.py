@@ -304,7 +304,7 @@ def test_two_pinned_regimes_fit_as_two_series_and_predict_picks_each(tmp_path):
     assert small.seconds < cal.predict("allreduce", 1024, 4, "intra", algorithm="ring")
     assert small.notes == [
         "NCCL's own choice was not measured, only runs that pinned RING/SIMPLE, TREE/LL: "
-        "priced as the fastest of them, TREE/LL (NCCL's tuner takes the fastest)"
+        "priced as TREE/LL, the fastest of RING/SIMPLE, TREE/LL (NCCL's tuner takes the fastest)"
     ]
     with pytest.raises(UsageError, match="outside the measured sizes"):
         cal.predict("allreduce", 1 << 30, 4, "intra")  # each regime refuses: the first says why
@@ -635,7 +635,7 @@ def test_pinned_ring_and_tree_runs_give_nccl_s_choice_at_another_node_count(tmp_
         chose = cal.explain("allreduce", nbytes, 64, "inter", extrapolate=True, nodes=16)
         fastest = min(each, key=lambda a: each[a].seconds)
         assert chose.seconds == each[fastest].seconds and chose.band == each[fastest].band
-        said = f"priced as the fastest of them, {fastest.upper()}/SIMPLE"
+        said = f"priced as {fastest.upper()}/SIMPLE, the fastest of RING/SIMPLE, TREE/SIMPLE"
         assert any(said in n for n in chose.notes)
         taken[nbytes] = fastest
     assert taken == {64 << 10: "tree", 64 << 20: "ring"}

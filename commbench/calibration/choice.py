@@ -95,9 +95,10 @@ def fastest_regime(
     if not got:
         raise refused[0]
     best, regime = min(got, key=lambda x: x[0].seconds)
+    priced = ", ".join(r for _, r in got)
     return best, (
         f"NCCL's own choice was not measured, only runs that pinned {', '.join(regimes)}: "
-        f"priced as the fastest of them, {regime} (NCCL's tuner takes the fastest)"
+        f"priced as {regime}, the fastest of {priced} (NCCL's tuner takes the fastest)"
     )
 
 
