@@ -267,10 +267,11 @@ TREE_BW = 0.92
 NVLINK_PER_NET = {"ring": 3.4 / 14.0, "tree": 4.0 / 14.0}
 # NCCL's treeCorrectionFactor, Simple row (src/graph/tuning.cc of current NCCL, older releases
 # differ at a few sizes: "trees are not perfectly sticking to the model for medium sizes"): the
-# tree's bandwidth x this at S = 64 B x 2^k, k = log2(S / 64); 1 from 1 GiB. NCCL's tuner applies it before choosing, so from 64 KiB to 256 MiB it
-# runs the ring at node counts where the uncorrected model would pick the tree (ABCI V100 at
-# 16 and 32 nodes: the ring's times). Simple: the protocol that carries the bytes across
-# nodes; the series' small-size segments are the LL/LL128 regimes, where latency rules.
+# tree's bandwidth x this at S = 64 B x 2^k, k = log2(S / 64); 1 from 1 GiB. NCCL's tuner
+# applies it before choosing, so from 64 KiB to 256 MiB it runs the ring at node counts where
+# the uncorrected model would pick the tree (ABCI V100 at 16 and 32 nodes: the ring's times).
+# Simple: the protocol that carries the bytes across nodes; the series' small-size segments
+# are the LL/LL128 regimes, where latency rules.
 TREE_CORRECTION = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5,
                    .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9)  # fmt: skip
 
