@@ -72,11 +72,11 @@ def test_faster_algorithm_is_taken():
 @pytest.mark.parametrize(
     ("nbytes", "factor"),
     [(1 << 10, 0.9), (64 << 10, 0.6), (1 << 20, 0.5), (4 << 20, 0.7), (16 << 20, 0.7),
-     (256 << 20, 0.9), (1 << 30, 1.0), (1 << 34, 1.0)],
+     (256 << 20, 0.9), (512 << 20, 1.0), (1 << 30, 1.0), (1 << 34, 1.0)],
 )  # fmt: skip
 def test_the_tree_s_bandwidth_carries_nccl_s_correction_at_medium_sizes(nbytes, factor):
     """NCCL's tuner prices the tree at its bandwidth x treeCorrectionFactor (Simple row) of
-    log2(S / 64): 0.5 at 1 MiB, none from 1 GiB; the ring is not corrected."""
+    log2(S / 64) below 23: 0.5 at 1 MiB, none from 512 MiB; the ring is not corrected."""
     assert tree_correction(nbytes) == factor
     assert nccl_steps("allreduce", "tree", 64, 8, nbytes) == pytest.approx(
         (14, 6, 2 / 0.92 / factor)

@@ -265,15 +265,16 @@ TREE_BW = 0.92
 # (tuning.cc hwLatencies: ring 3.4 / 14 us, tree 4.0 / 14 us): what an intra-node step costs
 # against an inter-node one where the calibration measured no intra link
 NVLINK_PER_NET = {"ring": 3.4 / 14.0, "tree": 4.0 / 14.0}
-# NCCL's treeCorrectionFactor, Simple row (src/graph/tuning.cc of current NCCL, older releases
-# differ at a few sizes: "trees are not perfectly sticking to the model for medium sizes"): the
-# tree's bandwidth x this at S = 64 B x 2^k, k = log2(S / 64); 1 from 1 GiB. NCCL's tuner
-# applies it before choosing, so from 64 KiB to 256 MiB it runs the ring at node counts where
-# the uncorrected model would pick the tree (ABCI V100 at 16 and 32 nodes: the ring's times).
-# Simple: the protocol that carries the bytes across nodes; the series' small-size segments
-# are the LL/LL128 regimes, where latency rules.
+# NCCL's treeCorrectionFactor, Simple row (src/graph/tuning.cc, the same from 2.8 to 2.30:
+# "trees are not perfectly sticking to the model for medium sizes"): the tree's bandwidth x
+# this at S = 64 B x 2^k, k = log2(S / 64), for k < 23 (64 B to 256 MiB); 1 from 512 MiB (the
+# 24th entry of 2.29+ serves NVLS_TREE only). NCCL's tuner applies it before choosing, so from
+# 64 KiB to 256 MiB it runs the ring at node counts where the uncorrected model would pick the
+# tree (ABCI V100 at 16 and 32 nodes: the ring's times), and the tree again from 512 MiB
+# (Polaris at 256 nodes). Simple: the protocol that carries the bytes across nodes; the
+# series' small-size segments are the LL/LL128 regimes, where latency rules.
 TREE_CORRECTION = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5,
-                   .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9)  # fmt: skip
+                   .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9)  # fmt: skip
 
 
 def tree_correction(nbytes: float) -> float:
