@@ -1,4 +1,4 @@
-"""NCCL's ring/tree choice as a library model (calibration/algorithms.py, hierarchy.nccl_ratio)
+"""NCCL's ring/tree choice as a library model (calibration/nccl_model.py, hierarchy.nccl_ratio)
 against NCCL's tuning formulas written out by hand (src/graph/tuning.cc: ring latency
 (nsteps - nInterSteps) x intra + nInterSteps x inter, nInterSteps = 2 (nNodes - 1) for an
 all-reduce; tree 2 ((ppn - 1) x intra + log2i(nNodes) x inter), S up and down at 0.92 of the
@@ -13,10 +13,8 @@ import sys
 
 import pytest
 
-from commbench.calibration.algorithms import (
-    NCCL,
-    library_coefficients,
-    library_of,
+from commbench.calibration.algorithms import NCCL, library_coefficients, library_of
+from commbench.calibration.nccl_model import (
     nccl_inter_latency,
     nccl_steps,
     nccl_time,

@@ -18,16 +18,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from commbench.calibration.algorithms import (
-    NCCL,
+from commbench.calibration.algorithms import NCCL
+from commbench.calibration.band import DEFAULT_PRIORS, BandTerms, Priors, band_terms
+from commbench.calibration.costmodels import coefficients
+from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
+from commbench.calibration.nccl_model import (
     NCCL_ALGORITHMS,
     nccl_inter_latency,
     nccl_steps,
     nccl_time,
 )
-from commbench.calibration.band import DEFAULT_PRIORS, BandTerms, Priors, band_terms
-from commbench.calibration.costmodels import coefficients
-from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
 
 
 def hierarchical_ratio(
@@ -116,7 +116,7 @@ def nccl_ratio(
     algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
-    fastest of `algorithms` (calibration.algorithms; pinned_algorithms), and the algorithm of
+    fastest of `algorithms` (calibration.nccl_model; pinned_algorithms), and the algorithm of
     each, on the terms _nccl_terms fits to the series; None where NCCL has no model of op.
     `bandwidth_scale`: shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it
     is the same."""
