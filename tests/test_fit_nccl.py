@@ -15,9 +15,11 @@ import pytest
 
 from commbench.calibration.algorithms import NCCL, library_coefficients, library_of
 from commbench.calibration.nccl_model import (
+    NVLINK_PER_NET,
     nccl_inter_latency,
     nccl_steps,
     nccl_time,
+    nvlink_per_net,
     tree_correction,
 )
 
@@ -80,6 +82,29 @@ def test_the_tree_s_bandwidth_carries_nccl_s_correction_at_medium_sizes(nbytes, 
         (14, 6, 2 / 0.92 / factor)
     )
     assert nccl_steps("allreduce", "ring", 64, 8, nbytes) == nccl_steps("allreduce", "ring", 64, 8)
+
+
+@pytest.mark.parametrize(
+    ("version", "ring", "tree"),
+    [("2.8.4-1", 3.4 / 9.6, 1.0), ("2.12.12", 3.4 / 28, 1.0), ("2.18.3", 3.4 / 14, 4 / 14),
+     ("2.21.5+cuda12.4", 3.4 / 14, 1.0), ("2.29.2", 3.4 / 14, 4 / 14),
+     ("2.4.8", 5.7 / 6.6, 28 / 50), (None, 3.4 / 14, 4 / 14), ("unknown", 3.4 / 14, 4 / 14)],
+)  # fmt: skip
+def test_an_nvlink_step_costs_what_the_runs_nccl_release_says(version, ring, tree):
+    """tuning.cc hwLat, Simple: NVLink over network per step, by release (a tree's NVLink step
+    costs as much as its network one in 2.8-2.17 and 2.19-2.22, 4 / 14 in 2.18.3 and 2.23+);
+    a run naming no release gets the newest's. An intra-node step is priced at it where no
+    intra link was measured: 16 nodes x 4 GPUs, 6 intra steps of the tree."""
+    per_net = nvlink_per_net(version)
+    assert per_net == pytest.approx({"ring": ring, "tree": tree})
+    inter, beta = 10e-6, 1 / 20e9
+    t, alg = nccl_time("allreduce", 64, 16, 4096, inter, None, beta, ("tree",), per_net)
+    assert alg == "tree"
+    bytes_s = beta * 4096 * 2 / 0.92 / tree_correction(4096)
+    assert t == pytest.approx(6 * tree * inter + 8 * inter + bytes_s)
+    step = nccl_inter_latency("allreduce", (64, 16), 4096, t, None, beta, ("tree",), per_net)
+    assert step == pytest.approx(inter)
+    assert nvlink_per_net(None) is NVLINK_PER_NET
 
 
 def test_the_correction_makes_nccl_run_the_ring_where_the_bare_tree_would_win():

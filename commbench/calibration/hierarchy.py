@@ -16,6 +16,7 @@ makes the two agree there: (alpha_fit A(q) - alpha_intra (A(q) - A(Nq))) / A(Nq)
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from commbench.calibration.algorithms import NCCL
@@ -24,9 +25,11 @@ from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
 from commbench.calibration.nccl_model import (
     NCCL_ALGORITHMS,
+    NVLINK_PER_NET,
     nccl_inter_latency,
     nccl_steps,
     nccl_time,
+    nvlink_per_net,
 )
 
 
@@ -89,12 +92,13 @@ def _nccl_terms(
     nbytes: float,
     measured: Measured,
     algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
+    per_net: Mapping[str, float] = NVLINK_PER_NET,
 ) -> tuple[float, float | None, float] | None:
     """(inter-node step, intra-node hop, beta per byte of the ring's B S) of NCCL's model of
     op for a series measured at shape_from: beta its bandwidth there (NCCL's own differs by
     node count; all-to-all: per NIC byte), the step what its latency regime takes (the
-    smallest sizes), intra-node steps at the intra link's alpha for op (None: NCCL's default
-    NVLink / network ratio); None where NCCL has no model of op."""
+    smallest sizes), intra-node steps at the intra link's alpha for op (None: per_net, NCCL's
+    NVLink / network ratio of the runs' release); None where NCCL has no model of op."""
     steps_q = nccl_steps(op, "ring", *shape_from)
     if steps_q is None or steps_q[2] <= 0:
         return None
@@ -102,7 +106,8 @@ def _nccl_terms(
     beta = beta_s / steps_q[2]
     other = intra.terms_at(op, nbytes) if intra is not None else None
     hop = other.alpha_s if other is not None else None
-    return nccl_inter_latency(op, shape_from, small, t_small, hop, beta, algorithms), hop, beta
+    step = nccl_inter_latency(op, shape_from, small, t_small, hop, beta, algorithms, per_net)
+    return step, hop, beta
 
 
 def nccl_ratio(
@@ -114,6 +119,7 @@ def nccl_ratio(
     measured: Measured,
     bandwidth_scale: float = 1.0,
     algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
+    per_net: Mapping[str, float] = NVLINK_PER_NET,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
     fastest of `algorithms` (calibration.nccl_model; pinned_algorithms), and the algorithm of
@@ -121,12 +127,13 @@ def nccl_ratio(
     `bandwidth_scale`: shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it
     is the same."""
     (q, nq), (p, n) = shape_from, shape_to
-    terms = _nccl_terms(intra, op, shape_from, nbytes, measured, algorithms)
+    terms = _nccl_terms(intra, op, shape_from, nbytes, measured, algorithms, per_net)
     if terms is None or n < 1 or p < n:
         return None
     step, hop, beta = terms
-    base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta, algorithms)
-    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale, algorithms)
+    base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta, algorithms, per_net)
+    scaled = beta / bandwidth_scale
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, scaled, algorithms, per_net)
     return (target / base, alg_q, alg_p) if base > 0 else None
 
 
@@ -154,8 +161,9 @@ def to_nodes(
         algorithms, unmodelled = pinned_algorithms(s, op)
         notes += [unmodelled] if unmodelled else []
         measured = _measured(s, nbytes)
+        per_net = nvlink_per_net(link.library_version)
         got = nccl_ratio(
-            intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale, algorithms
+            intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale, algorithms, per_net
         )
         chunked = chunk_ratio(s, op, shape_from, shape_to, nbytes)
         if chunked is not None and op != "allreduce":
@@ -170,7 +178,8 @@ def to_nodes(
                     f"NCCL prices up to 2 nodes with the intra-node graph's bandwidth "
                     f"(tuning.cc): the bus bandwidth measured on {nq} nodes need not hold on {n}"
                 )
-            hops = "the intra link's" if intra is not None else "NCCL's NVLink/network"
+            release = f"NCCL {link.library_version}'s" if link.library_version else "NCCL's"
+            hops = "the intra link's" if intra is not None else f"{release} NVLink/network"
             model = "ring/tree model" if len(algorithms) > 1 else "model of the pinned algorithm"
             method = (
                 f"scaled from group size {q} on {nq} nodes ({got[1]}) to {p} on {n} "
@@ -250,16 +259,18 @@ def _latency_share(
     shape_to: tuple[int, int],
     nbytes: float,
     s: SeriesModel,
+    per_net: Mapping[str, float] = NVLINK_PER_NET,
 ) -> float:
     """The share of NCCL's time at shape_to that is latency steps, not bytes (nccl_ratio's
     terms; 0 where NCCL has no model of op): where latency dominates, the steps were scaled
     furthest and the band is widest."""
     algorithms = pinned_algorithms(s, op)[0]
-    terms = _nccl_terms(intra, op, shape_from, nbytes, _measured(s, nbytes), algorithms)
+    measured = _measured(s, nbytes)
+    terms = _nccl_terms(intra, op, shape_from, nbytes, measured, algorithms, per_net)
     if terms is None:
         return 0.0
     step, hop, beta = terms
-    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta, algorithms)
+    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta, algorithms, per_net)
     steps = nccl_steps(op, alg, *shape_to, nbytes)
     if steps is None or total <= 0:
         return 0.0
@@ -349,7 +360,15 @@ def series_to_nodes(
     if intra is not None and intra.best_model != link.best_model:
         intra = intra.library  # as to_nodes prices it
     share = (
-        _latency_share(intra, op, (s.key.group_size, n_from), shape_to, nbytes, s)
+        _latency_share(
+            intra,
+            op,
+            (s.key.group_size, n_from),
+            shape_to,
+            nbytes,
+            s,
+            nvlink_per_net(link.library_version),
+        )
         if link.best_model == NCCL
         else 0.0  # NCCL's split only where NCCL's model priced it
     )

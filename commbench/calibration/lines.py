@@ -141,6 +141,8 @@ class LinkModel:
     terms: Mapping[str, tuple[Term, ...]] = field(default_factory=dict)
     # the same link fitted under its library's algorithm choice (best_model = the library)
     library: LinkModel | None = None
+    # the release of that library its runs name (NCCL: its latency constants differ by release)
+    library_version: str | None = None
 
     def terms_at(self, op: str, nbytes: float) -> Term | None:
         """op's regime holding nbytes, None when op has no terms."""
@@ -190,7 +192,11 @@ def link_model(e: dict) -> LinkModel:
     lib = e.get("library")
     if lib:  # only the ops it prices (fit/links.py: those it fits as well as the best)
         lib = {**lib, "terms": {o: t for o, t in lib["terms"].items() if o in lib["priced_ops"]}}
+    version = lib.get("version") if lib else None
     return LinkModel(
         **_link_fields(e, e["best_model"], e["models"][e["best_model"]]),
-        library=LinkModel(**_link_fields(e, lib["name"], lib)) if lib else None,
+        library=LinkModel(**_link_fields(e, lib["name"], lib), library_version=version)
+        if lib
+        else None,
+        library_version=version,
     )

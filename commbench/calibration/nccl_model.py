@@ -5,6 +5,8 @@ byte factor, so a series measured at one (ranks, nodes) shape is priced at anoth
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 
 from commbench.ops.spec import frac
 
@@ -15,10 +17,35 @@ from commbench.ops.spec import frac
 # Protocols (LL, LL128, Simple) are the series' own size regimes here, not modelled apart.
 NCCL_ALGORITHMS = ("ring", "tree")
 TREE_BW = 0.92
-# NCCL's default per-step latency of an NVLink hop over a network hop, Simple protocol
-# (tuning.cc hwLatencies: ring 3.4 / 14 us, tree 4.0 / 14 us): what an intra-node step costs
-# against an inter-node one where the calibration measured no intra link
-NVLINK_PER_NET = {"ring": 3.4 / 14.0, "tree": 4.0 / 14.0}
+# NCCL's per-step latency of an NVLink hop over a network hop, Simple protocol (tuning.cc
+# hwLat[NVLINK] / hwLat[NET], us): what an intra-node step costs against an inter-node one
+# where the calibration measured no intra link. NCCL changed it across releases; by the first
+# release of each setting (the tags of NVIDIA/nccl), the last the newest's:
+NVLINK_PER_NET_BY_RELEASE: tuple[tuple[tuple[int, ...], dict[str, float]], ...] = (
+    ((2, 5, 0), {"ring": 5.7 / 6.6, "tree": 28.0 / 50.0}),
+    ((2, 7, 0), {"ring": 3.4 / 9.6, "tree": 28.0 / 50.0}),
+    ((2, 8, 3), {"ring": 3.4 / 9.6, "tree": 28.0 / 28.0}),
+    ((2, 12, 7), {"ring": 3.4 / 28.0, "tree": 28.0 / 28.0}),
+    ((2, 14, 0), {"ring": 3.4 / 9.6, "tree": 28.0 / 28.0}),
+    ((2, 18, 1), {"ring": 3.4 / 14.0, "tree": 28.0 / 28.0}),
+    ((2, 18, 3), {"ring": 3.4 / 14.0, "tree": 4.0 / 14.0}),
+    ((2, 19, 0), {"ring": 3.4 / 14.0, "tree": 28.0 / 28.0}),
+    ((2, 23, 0), {"ring": 3.4 / 14.0, "tree": 4.0 / 14.0}),
+)
+NVLINK_PER_NET = NVLINK_PER_NET_BY_RELEASE[-1][1]
+
+
+def nvlink_per_net(version: str | None) -> dict[str, float]:
+    """NCCL's NVLink / network step latency in the release `version` names ("2.21.5",
+    "2.8.4-1", "2.18.3+cuda12.2"); the newest release's where it names no version."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    if m is None:
+        return NVLINK_PER_NET
+    release = tuple(map(int, m.groups()))
+    table = NVLINK_PER_NET_BY_RELEASE
+    return next((r for first, r in reversed(table) if release >= first), table[0][1])
+
+
 # NCCL's treeCorrectionFactor, Simple row (src/graph/tuning.cc, the same from 2.8 to 2.30:
 # "trees are not perfectly sticking to the model for medium sizes"): the tree's bandwidth x
 # this at S = 64 B x 2^k, k = log2(S / 64), for k < 23 (64 B to 256 MiB); 1 from 512 MiB (the
@@ -99,17 +126,18 @@ def nccl_time(
     intra: float | None,
     beta: float,
     algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
+    per_net: Mapping[str, float] = NVLINK_PER_NET,
 ) -> tuple[float, str]:
     """(seconds, algorithm) of the fastest of `algorithms` (NCCL's choice: ring and tree; the
     one a run's NCCL_ALGO pinned) with an inter-node step of `inter` s, an intra-node one of
-    `intra` (None: NVLINK_PER_NET x inter) and beta s/byte."""
+    `intra` (None: per_net x inter, nvlink_per_net of the runs' release) and beta s/byte."""
     best: tuple[float, str] | None = None
     for alg in algorithms:
         steps = nccl_steps(op, alg, p, nodes, nbytes)
         if steps is None:
             continue
         n_intra, n_inter, b = steps
-        hop = NVLINK_PER_NET[alg] * inter if intra is None else intra
+        hop = per_net[alg] * inter if intra is None else intra
         t = hop * n_intra + inter * n_inter + beta * b * nbytes
         best = (t, alg) if best is None or t < best[0] else best
     assert best is not None, f"NCCL has no algorithm model for {op}"
@@ -124,6 +152,7 @@ def nccl_inter_latency(
     intra: float | None,
     beta: float,
     algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
+    per_net: Mapping[str, float] = NVLINK_PER_NET,
 ) -> float:
     """The inter-node step latency under which the fastest of `algorithms` takes `seconds` at
     `shape` (ranks, nodes): each algorithm's own solution, the largest (the envelope rises with
@@ -136,7 +165,7 @@ def nccl_inter_latency(
             continue
         n_intra, n_inter, b = steps
         rest = seconds - beta * b * nbytes - (0.0 if intra is None else intra * n_intra)
-        per = n_inter + (NVLINK_PER_NET[alg] * n_intra if intra is None else 0.0)
+        per = n_inter + (per_net[alg] * n_intra if intra is None else 0.0)
         if per > 0:
             out = max(out, rest / per)
     return out

@@ -188,6 +188,16 @@ def run_libraries(collected: Collected) -> dict[str, str]:
     return {b: libs.pop() for b, libs in seen.items() if len(libs) == 1 and None not in libs}
 
 
+def run_library_versions(collected: Collected) -> dict[str, str]:
+    """Per backend, the release of its library its runs name (meta.json `libraries`, e.g. nccl
+    2.21.5), where they all name the same one: NCCL's tuner constants differ by release."""
+    seen: dict[str, set] = {}
+    for r in collected.runs:
+        backend = str(r.get("backend"))
+        seen.setdefault(backend, set()).add((r.get("libraries") or {}).get(backend))
+    return {b: str(v.pop()) for b, v in seen.items() if len(v) == 1 and None not in v}
+
+
 def build_doc(
     collected: Collected,
     outcomes: list[SeriesOutcome],
@@ -252,5 +262,7 @@ def build(
     """Fit everything in `collected`: the calibration document, the fits and the link table."""
     opts = opts or FitOptions()
     outcomes, skipped = fit_collected(collected, opts)
-    links, link_skipped = fit_link_table(link_points(outcomes), opts, run_libraries(collected))
+    links, link_skipped = fit_link_table(
+        link_points(outcomes), opts, run_libraries(collected), run_library_versions(collected)
+    )
     return build_doc(collected, outcomes, skipped, links, link_skipped, opts), outcomes, links

@@ -82,6 +82,7 @@ class LinkEntry:
     note: str | None = None
     library: str | None = None  # calibration.algorithms: whose algorithm choice was modelled
     library_fit: ModelFit | None = None  # the per-op terms under that library's choice
+    library_version: str | None = None  # the release the runs name (meta.json `libraries`)
 
     def library_ops(self) -> list[str]:
         """The ops the library model prices: those whose points it fits about as well as the
@@ -114,6 +115,7 @@ class LinkEntry:
             lib = {
                 "library": {
                     "name": self.library,
+                    **({"version": self.library_version} if self.library_version else {}),
                     "rules": LIBRARIES[self.library],
                     "priced_ops": self.library_ops(),
                     **self.library_fit.as_dict(),

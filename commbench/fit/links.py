@@ -243,11 +243,13 @@ def fit_link_table(
     points: list[LinkPoints],
     opts: FitOptions | None = None,
     libraries: dict[str, str] | None = None,
+    versions: dict[str, str] | None = None,
 ) -> tuple[list[LinkEntry], list[dict]]:
     """Link table from (key, bytes, seconds, robust weights, segments) of every fitted series.
 
     `libraries` names, per backend, the library whose algorithm choice is known
-    (calibration.algorithms): its links are also fitted under that choice (`library`).
+    (calibration.algorithms): its links are also fitted under that choice (`library`), priced
+    with the constants of the release `versions` names for the backend.
     Returns the entries and, for links that could not be fitted, {backend, link_class, timing,
     reason} rows (fewer than 3 points, or all from one size of one op)."""
     opts = opts or FitOptions()
@@ -311,6 +313,7 @@ def fit_link_table(
             LinkEntry(
                 library=library,
                 library_fit=_fit_model(library, items, keep, opts, regimes) if library else None,
+                library_version=(versions or {}).get(backend) if library else None,
                 backend=backend,
                 link_class=link,
                 timing=timing,
