@@ -27,6 +27,7 @@ from commbench.calibration.nccl_model import (
     NCCL_ALGORITHMS,
     NVLINK_PER_NET,
     nccl_inter_latency,
+    nccl_release,
     nccl_steps,
     nccl_time,
     nvlink_per_net,
@@ -178,7 +179,8 @@ def to_nodes(
                     f"NCCL prices up to 2 nodes with the intra-node graph's bandwidth "
                     f"(tuning.cc): the bus bandwidth measured on {nq} nodes need not hold on {n}"
                 )
-            release = f"NCCL {link.library_version}'s" if link.library_version else "NCCL's"
+            version = link.library_version if nccl_release(link.library_version) else None
+            release = f"NCCL {version}'s" if version else "NCCL's newest release's"
             hops = "the intra link's" if intra is not None else f"{release} NVLink/network"
             model = "ring/tree model" if len(algorithms) > 1 else "model of the pinned algorithm"
             method = (

@@ -35,13 +35,19 @@ NVLINK_PER_NET_BY_RELEASE: tuple[tuple[tuple[int, ...], dict[str, float]], ...] 
 NVLINK_PER_NET = NVLINK_PER_NET_BY_RELEASE[-1][1]
 
 
-def nvlink_per_net(version: str | None) -> dict[str, float]:
-    """NCCL's NVLink / network step latency in the release `version` names ("2.21.5",
-    "2.8.4-1", "2.18.3+cuda12.2"); the newest release's where it names no version."""
+def nccl_release(version: str | None) -> tuple[int, ...] | None:
+    """(major, minor, patch) of an NCCL version string ("2.21.5", "2.8.4-1", "2.18.3+cuda12.2"),
+    None where it names no full release ("2.18.x")."""
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
-    if m is None:
+    return None if m is None else tuple(map(int, m.groups()))
+
+
+def nvlink_per_net(version: str | None) -> dict[str, float]:
+    """NCCL's NVLink / network step latency in the release `version` names; the newest
+    release's where it names none (nccl_release)."""
+    release = nccl_release(version)
+    if release is None:
         return NVLINK_PER_NET
-    release = tuple(map(int, m.groups()))
     table = NVLINK_PER_NET_BY_RELEASE
     return next((r for first, r in reversed(table) if release >= first), table[0][1])
 
