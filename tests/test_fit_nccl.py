@@ -16,6 +16,7 @@ import pytest
 from commbench.calibration.algorithms import NCCL, library_coefficients, library_of
 from commbench.calibration.nccl_model import (
     NVLINK_PER_NET,
+    Tuner,
     nccl_inter_latency,
     nccl_steps,
     nccl_time,
@@ -98,11 +99,13 @@ def test_an_nvlink_step_costs_what_the_runs_nccl_release_says(version, ring, tre
     per_net = nvlink_per_net(version)
     assert per_net == pytest.approx({"ring": ring, "tree": tree})
     inter, beta = 10e-6, 1 / 20e9
-    t, alg = nccl_time("allreduce", 64, 16, 4096, inter, None, beta, ("tree",), per_net)
+    tuner = Tuner.of(("tree",), version)
+    assert tuner.per_net == per_net
+    t, alg = nccl_time("allreduce", 64, 16, 4096, inter, None, beta, tuner)
     assert alg == "tree"
     bytes_s = beta * 4096 * 2 / 0.92 / tree_correction(4096)
     assert t == pytest.approx(6 * tree * inter + 8 * inter + bytes_s)
-    step = nccl_inter_latency("allreduce", (64, 16), 4096, t, None, beta, ("tree",), per_net)
+    step = nccl_inter_latency("allreduce", (64, 16), 4096, t, None, beta, tuner)
     assert step == pytest.approx(inter)
     assert nvlink_per_net(None) is NVLINK_PER_NET
 

@@ -16,7 +16,6 @@ makes the two agree there: (alpha_fit A(q) - alpha_intra (A(q) - A(Nq))) / A(Nq)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from commbench.calibration.algorithms import NCCL
@@ -25,12 +24,11 @@ from commbench.calibration.costmodels import coefficients
 from commbench.calibration.lines import LinkModel, SeriesModel, segment_for
 from commbench.calibration.nccl_model import (
     NCCL_ALGORITHMS,
-    NVLINK_PER_NET,
+    NCCL_CHOICE,
+    Tuner,
     nccl_inter_latency,
-    nccl_release,
     nccl_steps,
     nccl_time,
-    nvlink_per_net,
 )
 
 
@@ -71,19 +69,21 @@ def hierarchical_ratio(
 Measured = tuple[float, tuple[float, float]]
 
 
-def pinned_algorithms(s: SeriesModel, op: str) -> tuple[tuple[str, ...], str | None]:
-    """The algorithms of NCCL's model s's runs could have run: the one their NCCL_ALGO pinned
-    (the series key's algorithm) where the model has it for op, else ring and tree, NCCL's
-    choice; and a note where the pinned one is not modelled (NVLS, CollNet, PAT)."""
-    alg = s.key.algorithm.lower()
-    if not alg:
-        return NCCL_ALGORITHMS, None
+def nccl_tuner(link: LinkModel, s: SeriesModel, op: str) -> tuple[Tuner, str | None]:
+    """NCCL's tuner for s's runs: the algorithm their NCCL_ALGO pinned (the series key's)
+    where the model has it for op, else ring and tree, NCCL's choice; the constants of the
+    release link's runs name; and a note where the pinned one is not modelled (NVLS, CollNet,
+    PAT)."""
+    alg, note = s.key.algorithm.lower(), None
+    algorithms: tuple[str, ...] = NCCL_ALGORITHMS
     if alg in NCCL_ALGORITHMS and nccl_steps(op, alg, 2, 1) is not None:
-        return (alg,), None
-    return NCCL_ALGORITHMS, (
-        f"the runs pinned NCCL_ALGO {s.key.algorithm}, which commbench's NCCL model does not "
-        "price: scaled as NCCL's ring or tree"
-    )
+        algorithms = (alg,)
+    elif alg:
+        note = (
+            f"the runs pinned NCCL_ALGO {s.key.algorithm}, which commbench's NCCL model does "
+            "not price: scaled as NCCL's ring or tree"
+        )
+    return Tuner.of(algorithms, link.library_version), note
 
 
 def _nccl_terms(
@@ -92,14 +92,13 @@ def _nccl_terms(
     shape_from: tuple[int, int],
     nbytes: float,
     measured: Measured,
-    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
-    per_net: Mapping[str, float] = NVLINK_PER_NET,
+    tuner: Tuner = NCCL_CHOICE,
 ) -> tuple[float, float | None, float] | None:
     """(inter-node step, intra-node hop, beta per byte of the ring's B S) of NCCL's model of
     op for a series measured at shape_from: beta its bandwidth there (NCCL's own differs by
     node count; all-to-all: per NIC byte), the step what its latency regime takes (the
-    smallest sizes), intra-node steps at the intra link's alpha for op (None: per_net, NCCL's
-    NVLink / network ratio of the runs' release); None where NCCL has no model of op."""
+    smallest sizes), intra-node steps at the intra link's alpha for op (None: the tuner's
+    release's NVLink / network ratio); None where NCCL has no model of op."""
     steps_q = nccl_steps(op, "ring", *shape_from)
     if steps_q is None or steps_q[2] <= 0:
         return None
@@ -107,8 +106,7 @@ def _nccl_terms(
     beta = beta_s / steps_q[2]
     other = intra.terms_at(op, nbytes) if intra is not None else None
     hop = other.alpha_s if other is not None else None
-    step = nccl_inter_latency(op, shape_from, small, t_small, hop, beta, algorithms, per_net)
-    return step, hop, beta
+    return nccl_inter_latency(op, shape_from, small, t_small, hop, beta, tuner), hop, beta
 
 
 def nccl_ratio(
@@ -119,22 +117,20 @@ def nccl_ratio(
     nbytes: float,
     measured: Measured,
     bandwidth_scale: float = 1.0,
-    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
-    per_net: Mapping[str, float] = NVLINK_PER_NET,
+    tuner: Tuner = NCCL_CHOICE,
 ) -> tuple[float, str, str] | None:
     """NCCL's time at shape_to over its time at shape_from = (q ranks, Nq nodes), each the
-    fastest of `algorithms` (calibration.nccl_model; pinned_algorithms), and the algorithm of
+    fastest of the tuner's algorithms (calibration.nccl_model; nccl_tuner), and the algorithm of
     each, on the terms _nccl_terms fits to the series; None where NCCL has no model of op.
     `bandwidth_scale`: shape_to's bus bandwidth over shape_from's (per_node_scale), 1 where it
     is the same."""
     (q, nq), (p, n) = shape_from, shape_to
-    terms = _nccl_terms(intra, op, shape_from, nbytes, measured, algorithms, per_net)
+    terms = _nccl_terms(intra, op, shape_from, nbytes, measured, tuner)
     if terms is None or n < 1 or p < n:
         return None
     step, hop, beta = terms
-    base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta, algorithms, per_net)
-    scaled = beta / bandwidth_scale
-    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, scaled, algorithms, per_net)
+    base, alg_q = nccl_time(op, q, nq, nbytes, step, hop, beta, tuner)
+    target, alg_p = nccl_time(op, p, n, nbytes, step, hop, beta / bandwidth_scale, tuner)
     return (target / base, alg_q, alg_p) if base > 0 else None
 
 
@@ -159,18 +155,15 @@ def to_nodes(
         intra = intra.library  # both links priced under the same model
     notes = [link.note] if link.note else []
     if link.best_model == NCCL:
-        algorithms, unmodelled = pinned_algorithms(s, op)
+        tuner, unmodelled = nccl_tuner(link, s, op)
         notes += [unmodelled] if unmodelled else []
         measured = _measured(s, nbytes)
-        per_net = nvlink_per_net(link.library_version)
-        got = nccl_ratio(
-            intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale, algorithms, per_net
-        )
+        got = nccl_ratio(intra, op, shape_from, shape_to, nbytes, measured, bandwidth_scale, tuner)
         chunked = chunk_ratio(s, op, shape_from, shape_to, nbytes)
         if chunked is not None and op != "allreduce":
             return chunked[0], chunked[1], notes
         if chunked is not None and got is not None and got[2] == "ring":
-            pinned = algorithms == ("ring",)
+            pinned = tuner.algorithms == ("ring",)
             why = "NCCL_ALGO pinned the ring" if pinned else "NCCL's model runs the ring there"
             return chunked[0], f"{chunked[1]} ({why})", notes
         if got is not None:
@@ -179,10 +172,11 @@ def to_nodes(
                     f"NCCL prices up to 2 nodes with the intra-node graph's bandwidth "
                     f"(tuning.cc): the bus bandwidth measured on {nq} nodes need not hold on {n}"
                 )
-            version = link.library_version if nccl_release(link.library_version) else None
-            release = f"NCCL {version}'s" if version else "NCCL's newest release's"
-            hops = "the intra link's" if intra is not None else f"{release} NVLink/network"
-            model = "ring/tree model" if len(algorithms) > 1 else "model of the pinned algorithm"
+            hops = (
+                "the intra link's" if intra is not None else f"{tuner.constants()} NVLink/network"
+            )
+            pinned = len(tuner.algorithms) == 1
+            model = "model of the pinned algorithm" if pinned else "ring/tree model"
             method = (
                 f"scaled from group size {q} on {nq} nodes ({got[1]}) to {p} on {n} "
                 f"({got[2]}) by NCCL's {model}, intra-node steps at {hops} latency"
@@ -261,18 +255,16 @@ def _latency_share(
     shape_to: tuple[int, int],
     nbytes: float,
     s: SeriesModel,
-    per_net: Mapping[str, float] = NVLINK_PER_NET,
+    tuner: Tuner,
 ) -> float:
     """The share of NCCL's time at shape_to that is latency steps, not bytes (nccl_ratio's
     terms; 0 where NCCL has no model of op): where latency dominates, the steps were scaled
     furthest and the band is widest."""
-    algorithms = pinned_algorithms(s, op)[0]
-    measured = _measured(s, nbytes)
-    terms = _nccl_terms(intra, op, shape_from, nbytes, measured, algorithms, per_net)
+    terms = _nccl_terms(intra, op, shape_from, nbytes, _measured(s, nbytes), tuner)
     if terms is None:
         return 0.0
     step, hop, beta = terms
-    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta, algorithms, per_net)
+    total, alg = nccl_time(op, *shape_to, nbytes, step, hop, beta, tuner)
     steps = nccl_steps(op, alg, *shape_to, nbytes)
     if steps is None or total <= 0:
         return 0.0
@@ -362,15 +354,7 @@ def series_to_nodes(
     if intra is not None and intra.best_model != link.best_model:
         intra = intra.library  # as to_nodes prices it
     share = (
-        _latency_share(
-            intra,
-            op,
-            (s.key.group_size, n_from),
-            shape_to,
-            nbytes,
-            s,
-            nvlink_per_net(link.library_version),
-        )
+        _latency_share(intra, op, shape_from, shape_to, nbytes, s, nccl_tuner(link, s, op)[0])
         if link.best_model == NCCL
         else 0.0  # NCCL's split only where NCCL's model priced it
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from dataclasses import dataclass
 
 from commbench.ops.spec import frac
 
@@ -50,6 +50,33 @@ def nvlink_per_net(version: str | None) -> dict[str, float]:
         return NVLINK_PER_NET
     table = NVLINK_PER_NET_BY_RELEASE
     return next((r for first, r in reversed(table) if release >= first), table[0][1])
+
+
+@dataclass(frozen=True)
+class Tuner:
+    """What NCCL's tuner chooses among, and whose constants price it: its algorithms (ring and
+    tree, or the one a run's NCCL_ALGO pinned) and the release the runs name (None: the
+    newest's)."""
+
+    algorithms: tuple[str, ...] = NCCL_ALGORITHMS
+    release: str | None = None
+
+    @classmethod
+    def of(cls, algorithms: tuple[str, ...], version: str | None) -> Tuner:
+        """The tuner of the release `version` names; the newest's where it names no full
+        release (nccl_release)."""
+        return cls(algorithms, version if nccl_release(version) else None)
+
+    @property
+    def per_net(self) -> dict[str, float]:
+        return nvlink_per_net(self.release)
+
+    def constants(self) -> str:
+        """Whose constants, as a method says it."""
+        return f"NCCL {self.release}'s" if self.release else "NCCL's newest release's"
+
+
+NCCL_CHOICE = Tuner()
 
 
 # NCCL's treeCorrectionFactor, Simple row (src/graph/tuning.cc, the same from 2.8 to 2.30:
@@ -131,19 +158,18 @@ def nccl_time(
     inter: float,
     intra: float | None,
     beta: float,
-    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
-    per_net: Mapping[str, float] = NVLINK_PER_NET,
+    tuner: Tuner = NCCL_CHOICE,
 ) -> tuple[float, str]:
-    """(seconds, algorithm) of the fastest of `algorithms` (NCCL's choice: ring and tree; the
-    one a run's NCCL_ALGO pinned) with an inter-node step of `inter` s, an intra-node one of
-    `intra` (None: per_net x inter, nvlink_per_net of the runs' release) and beta s/byte."""
+    """(seconds, algorithm) of the fastest of the tuner's algorithms with an inter-node step
+    of `inter` s, an intra-node one of `intra` (None: inter x its release's NVLink / network
+    ratio) and beta s/byte."""
     best: tuple[float, str] | None = None
-    for alg in algorithms:
+    for alg in tuner.algorithms:
         steps = nccl_steps(op, alg, p, nodes, nbytes)
         if steps is None:
             continue
         n_intra, n_inter, b = steps
-        hop = per_net[alg] * inter if intra is None else intra
+        hop = tuner.per_net[alg] * inter if intra is None else intra
         t = hop * n_intra + inter * n_inter + beta * b * nbytes
         best = (t, alg) if best is None or t < best[0] else best
     assert best is not None, f"NCCL has no algorithm model for {op}"
@@ -157,21 +183,20 @@ def nccl_inter_latency(
     seconds: float,
     intra: float | None,
     beta: float,
-    algorithms: tuple[str, ...] = NCCL_ALGORITHMS,
-    per_net: Mapping[str, float] = NVLINK_PER_NET,
+    tuner: Tuner = NCCL_CHOICE,
 ) -> float:
-    """The inter-node step latency under which the fastest of `algorithms` takes `seconds` at
-    `shape` (ranks, nodes): each algorithm's own solution, the largest (the envelope rises with
-    it, so it crosses `seconds` where the last algorithm does), at least 0."""
+    """The inter-node step latency under which the fastest of the tuner's algorithms (nccl_time)
+    takes `seconds` at `shape` (ranks, nodes): each algorithm's own solution, the largest (the
+    envelope rises with it, so it crosses `seconds` where the last algorithm does), at least 0."""
     p, nodes = shape
     out = 0.0
-    for alg in algorithms:
+    for alg in tuner.algorithms:
         steps = nccl_steps(op, alg, p, nodes, nbytes)
         if steps is None:
             continue
         n_intra, n_inter, b = steps
         rest = seconds - beta * b * nbytes - (0.0 if intra is None else intra * n_intra)
-        per = n_inter + (per_net[alg] * n_intra if intra is None else 0.0)
+        per = n_inter + (tuner.per_net[alg] * n_intra if intra is None else 0.0)
         if per > 0:
             out = max(out, rest / per)
     return out
